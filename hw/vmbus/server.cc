@@ -1,0 +1,392 @@
+#include "hvstor/vmbus/server.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hvstor::vmbus {
+
+using hv::Status;
+
+namespace {
+
+template <typename T> bool parse(std::span<const uint8_t> m, T& out) {
+    if (m.size() < sizeof(T)) return false;
+    std::memcpy(&out, m.data(), sizeof(T));
+    return true;
+}
+
+MsgHeader header(MsgType t) { return MsgHeader{static_cast<uint32_t>(t), 0}; }
+
+bool known_version(uint32_t v) {
+    return std::find(std::begin(version::kAll), std::end(version::kAll), v) != std::end(version::kAll);
+}
+
+constexpr uint32_t kPage = 4096;
+
+} // namespace
+
+bool Gpadl::complete() const {
+    return range_data.size() == expected_pfns + range_count;
+}
+
+Server::Server(hv::Synic& synic, const ServerConfig& cfg) : synic_(synic), cfg_(cfg) {}
+
+uint32_t Server::add_offer(const OfferInfo& offer) {
+    Outbox out;
+    uint32_t relid;
+    {
+        std::lock_guard lock(mu_);
+        if (channels_.size() >= kMaxRelid) return 0;
+        auto ch = std::make_unique<Channel>();
+        ch->info = offer;
+        ch->relid = relid = static_cast<uint32_t>(channels_.size() + 1);
+        if (offers_requested_) {
+            queue(out, make_offer(*ch));
+            ch->offered = true;
+        }
+        channels_.push_back(std::move(ch));
+    }
+    flush(out);
+    return relid;
+}
+
+Server::Channel* Server::find(uint32_t relid) {
+    if (relid == 0 || relid > channels_.size()) return nullptr;
+    return channels_[relid - 1].get();
+}
+
+bool Server::connected() const {
+    std::lock_guard lock(mu_);
+    return version_ != 0;
+}
+uint32_t Server::negotiated_version() const {
+    std::lock_guard lock(mu_);
+    return version_;
+}
+uint32_t Server::target_vp() const {
+    std::lock_guard lock(mu_);
+    return target_vp_;
+}
+uint8_t Server::message_sint() const {
+    std::lock_guard lock(mu_);
+    return sint_;
+}
+size_t Server::gpadl_count() const {
+    std::lock_guard lock(mu_);
+    return gpadls_.size();
+}
+bool Server::channel_open(uint32_t relid) const {
+    std::lock_guard lock(mu_);
+    return relid && relid <= channels_.size() && channels_[relid - 1]->open;
+}
+ServerStats Server::stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+}
+
+void Server::reset() {
+    std::lock_guard lock(mu_);
+    drop_connection_locked();
+}
+
+void Server::drop_connection_locked() {
+    for (auto& ch : channels_) {
+        if (ch->open && ch->info.handler) ch->info.handler->on_close(ch->relid);
+        ch->open = false;
+        ch->offered = false;
+    }
+    gpadls_.clear();
+    version_ = 0;
+    offers_requested_ = false;
+}
+
+void Server::flush(const Outbox& out) {
+    for (const auto& o : out) {
+        bool ok = synic_.post_message(o.vp, o.sint, kHvMessageTypeVmbus, o.bytes);
+        std::lock_guard lock(mu_);
+        if (ok) stats_.messages_out++;
+        else stats_.send_failures++;
+    }
+}
+
+Status Server::on_post_message(uint32_t /*vp*/, uint32_t connection_id, uint32_t message_type,
+                               std::span<const uint8_t> payload) {
+    if (connection_id != kMessageConnectionId && connection_id != kMessageConnectionId4)
+        return Status::InvalidConnectionId;
+    if (message_type != kHvMessageTypeVmbus || payload.size() < sizeof(MsgHeader)) {
+        std::lock_guard lock(mu_);
+        stats_.bad_messages++;
+        return Status::InvalidParameter;
+    }
+    MsgHeader hdr;
+    parse(payload, hdr);
+    Outbox out;
+    Status st;
+    {
+        std::lock_guard lock(mu_);
+        stats_.messages_in++;
+        st = handle_locked(connection_id, static_cast<MsgType>(hdr.msgtype), payload, out);
+    }
+    flush(out);
+    return st;
+}
+
+Status Server::handle_locked(uint32_t connection_id, MsgType type, std::span<const uint8_t> m, Outbox& out) {
+    if (type == MsgType::InitiateContact) return initiate_contact(connection_id, m, out);
+    // Connection id 4 only takes the 5.x INITIATE_CONTACT.
+    if (connection_id != kMessageConnectionId) return Status::InvalidConnectionId;
+    if (version_ == 0) {
+        stats_.bad_messages++; // nothing but contact before a version is agreed
+        return Status::Success;
+    }
+    switch (type) {
+    case MsgType::RequestOffers: request_offers(out); break;
+    case MsgType::GpadlHeader: gpadl_header(m, out); break;
+    case MsgType::GpadlBody: gpadl_body(m, out); break;
+    case MsgType::GpadlTeardown: gpadl_teardown(m, out); break;
+    case MsgType::OpenChannel: open_channel(m, out); break;
+    case MsgType::CloseChannel: close_channel(m); break;
+    case MsgType::ModifyChannel: modify_channel(m, out); break;
+    case MsgType::RelidReleased: break;
+    case MsgType::Unload: unload(out); break;
+    default: stats_.bad_messages++; break;
+    }
+    return Status::Success;
+}
+
+Status Server::initiate_contact(uint32_t connection_id, std::span<const uint8_t> m, Outbox& out) {
+    InitiateContact req;
+    if (!parse(m, req)) {
+        stats_.bad_messages++;
+        return Status::InvalidParameter;
+    }
+    const uint32_t ver = req.version_requested;
+    // From 5.0 on the guest posts to connection 4; older versions go to 1. A guest
+    // trying an old version on 4 is told to move on, as Hyper-V does.
+    if (connection_id == kMessageConnectionId4 && ver < version::kV5_0) return Status::InvalidConnectionId;
+    const uint8_t sint = ver >= version::kV5_0 ? req.v5.msg_sint : kVmbusSint;
+    if (sint >= hv::kSintCount || req.target_vcpu >= synic_.nr_vps()) {
+        stats_.bad_messages++;
+        return Status::InvalidParameter;
+    }
+    // A new contact (after kexec, say) replaces whatever connection existed.
+    if (version_ != 0) drop_connection_locked();
+
+    VersionResponse resp{};
+    resp.hdr = header(MsgType::VersionResponse);
+    if (known_version(ver) && ver <= cfg_.max_version) {
+        version_ = ver;
+        target_vp_ = req.target_vcpu;
+        sint_ = sint;
+        resp.version_supported = 1;
+        resp.msg_conn_id = ver >= version::kV5_0 ? kMessageConnectionId : 0;
+    }
+    queue_to(out, req.target_vcpu, sint, resp);
+    return Status::Success;
+}
+
+OfferChannel Server::make_offer(const Channel& ch) const {
+    OfferChannel o{};
+    o.hdr = header(MsgType::OfferChannel);
+    std::memcpy(o.offer.if_type, ch.info.type.bytes.data(), 16);
+    std::memcpy(o.offer.if_instance, ch.info.instance.bytes.data(), 16);
+    o.offer.sub_channel_index = ch.info.subchannel_index;
+    o.child_relid = ch.relid;
+    // No monitor pages: the guest then signals with SIGNAL_EVENT hypercalls.
+    o.monitor_allocated = 0;
+    o.is_dedicated_interrupt = 1;
+    o.connection_id = kSignalBase + ch.relid;
+    return o;
+}
+
+void Server::request_offers(Outbox& out) {
+    for (auto& ch : channels_) {
+        queue(out, make_offer(*ch));
+        ch->offered = true;
+    }
+    queue(out, header(MsgType::AllOffersDelivered));
+    offers_requested_ = true;
+}
+
+// Each range: one word {byte_count, byte_offset}, then the pages it spans.
+static bool ranges_consistent(const Gpadl& g) {
+    size_t i = 0;
+    for (uint16_t r = 0; r < g.range_count; r++) {
+        if (i >= g.range_data.size()) return false;
+        const uint64_t w = g.range_data[i++];
+        const uint64_t byte_count = uint32_t(w), byte_offset = w >> 32;
+        const uint64_t pages = (byte_offset + byte_count + kPage - 1) / kPage;
+        if (byte_count == 0 || byte_offset >= kPage || pages > g.range_data.size() - i) return false;
+        i += pages;
+    }
+    return i == g.range_data.size();
+}
+
+void Server::answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& out) {
+    GpadlCreated c{};
+    c.hdr = header(MsgType::GpadlCreated);
+    c.child_relid = relid;
+    c.gpadl = id;
+    c.creation_status = status;
+    queue(out, c);
+}
+
+void Server::fail_gpadl(Gpadl& g, Outbox& out) {
+    stats_.bad_messages++;
+    answer_gpadl(g.child_relid, g.id, kStatusInvalidParameter, out);
+    gpadls_.erase(g.id);
+}
+
+void Server::finish_gpadl(Gpadl& g, Outbox& out) {
+    if (ranges_consistent(g)) answer_gpadl(g.child_relid, g.id, kStatusSuccess, out);
+    else fail_gpadl(g, out);
+}
+
+void Server::gpadl_header(std::span<const uint8_t> m, Outbox& out) {
+    GpadlHeader h;
+    if (!parse(m, h)) {
+        stats_.bad_messages++;
+        return; // nothing to answer: no gpadl id could be read
+    }
+    auto fail = [&] {
+        stats_.bad_messages++;
+        answer_gpadl(h.child_relid, h.gpadl, kStatusInvalidParameter, out);
+    };
+    const size_t words = h.range_buflen / 8;
+    const size_t carried = (m.size() - sizeof h) / 8;
+    if (!find(h.child_relid) || gpadls_.count(h.gpadl) || h.rangecount == 0 || h.range_buflen % 8 ||
+        words < 2u * h.rangecount || words - h.rangecount > cfg_.max_gpadl_pages || carried > words)
+        return fail();
+    Gpadl g;
+    g.id = h.gpadl;
+    g.child_relid = h.child_relid;
+    g.range_count = h.rangecount;
+    g.expected_pfns = static_cast<uint32_t>(words - h.rangecount);
+    g.range_data.resize(carried);
+    std::memcpy(g.range_data.data(), m.data() + sizeof h, carried * 8);
+    auto& stored = gpadls_[g.id] = std::move(g);
+    if (stored.complete()) finish_gpadl(stored, out);
+}
+
+void Server::gpadl_body(std::span<const uint8_t> m, Outbox& out) {
+    GpadlBody b;
+    if (!parse(m, b)) {
+        stats_.bad_messages++;
+        return;
+    }
+    auto it = gpadls_.find(b.gpadl);
+    if (it == gpadls_.end() || it->second.complete()) {
+        stats_.bad_messages++;
+        return;
+    }
+    Gpadl& g = it->second;
+    const size_t carried = (m.size() - sizeof b) / 8;
+    const size_t want = g.expected_pfns + g.range_count - g.range_data.size();
+    if (carried > want) {
+        // More pages than the header announced: refuse the whole GPADL.
+        fail_gpadl(g, out);
+        return;
+    }
+    const size_t at = g.range_data.size();
+    g.range_data.resize(at + carried);
+    std::memcpy(g.range_data.data() + at, m.data() + sizeof b, carried * 8);
+    if (g.complete()) finish_gpadl(g, out);
+}
+
+void Server::gpadl_teardown(std::span<const uint8_t> m, Outbox& out) {
+    GpadlTeardown t;
+    if (!parse(m, t)) {
+        stats_.bad_messages++;
+        return;
+    }
+    if (!gpadls_.erase(t.gpadl)) stats_.bad_messages++;
+    // Answered even for an unknown id: the guest waits for it.
+    GpadlTorndown r{};
+    r.hdr = header(MsgType::GpadlTorndown);
+    r.gpadl = t.gpadl;
+    queue(out, r);
+}
+
+void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
+    OpenChannel req;
+    if (!parse(m, req)) {
+        stats_.bad_messages++;
+        return;
+    }
+    OpenResult r{};
+    r.hdr = header(MsgType::OpenChannelResult);
+    r.child_relid = req.child_relid;
+    r.openid = req.openid;
+    r.status = kStatusInvalidParameter;
+
+    Channel* ch = find(req.child_relid);
+    auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
+    if (!ch || ch->open || g == gpadls_.end() || !g->second.complete() ||
+        g->second.child_relid != req.child_relid || req.target_vp >= synic_.nr_vps() ||
+        req.downstream_ringbuffer_pageoffset == 0 ||
+        req.downstream_ringbuffer_pageoffset >= g->second.expected_pfns) {
+        stats_.bad_messages++;
+    } else if (!ch->info.handler) {
+        r.status = kStatusNotSupported;
+    } else {
+        OpenRequest o{req.child_relid, req.target_vp, req.downstream_ringbuffer_pageoffset, &g->second, {}};
+        std::memcpy(o.user_data.data(), req.userdata, sizeof req.userdata);
+        r.status = ch->info.handler->on_open(o);
+        if (r.status == kStatusSuccess) {
+            ch->open = true;
+            ch->target_vp = req.target_vp;
+        }
+    }
+    queue(out, r);
+}
+
+void Server::close_channel(std::span<const uint8_t> m) {
+    CloseChannel c;
+    Channel* ch = parse(m, c) ? find(c.child_relid) : nullptr;
+    if (!ch || !ch->open) {
+        stats_.bad_messages++;
+        return;
+    }
+    if (ch->info.handler) ch->info.handler->on_close(ch->relid);
+    ch->open = false;
+}
+
+void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
+    ModifyChannel req;
+    if (!parse(m, req)) {
+        stats_.bad_messages++;
+        return;
+    }
+    Channel* ch = find(req.child_relid);
+    const bool ok = ch && ch->open && req.target_vp < synic_.nr_vps();
+    if (ok) ch->target_vp = req.target_vp;
+    else stats_.bad_messages++;
+    // Only 5.3 guests wait for an answer.
+    if (version_ >= version::kV5_3) {
+        ModifyChannelResponse r{};
+        r.hdr = header(MsgType::ModifyChannelResponse);
+        r.child_relid = req.child_relid;
+        r.status = ok ? kStatusSuccess : kStatusInvalidParameter;
+        queue(out, r);
+    }
+}
+
+void Server::unload(Outbox& out) {
+    queue(out, header(MsgType::UnloadResponse));
+    drop_connection_locked();
+}
+
+Status Server::on_signal_event(uint32_t /*vp*/, uint32_t connection_id, uint16_t /*flag*/) {
+    ChannelHandler* h = nullptr;
+    uint32_t relid = connection_id - kSignalBase;
+    {
+        std::lock_guard lock(mu_);
+        Channel* ch = connection_id > kSignalBase ? find(relid) : nullptr;
+        if (!ch || !ch->open) return Status::InvalidConnectionId;
+        h = ch->info.handler;
+    }
+    if (h) h->on_guest_signal(relid);
+    return Status::Success;
+}
+
+} // namespace hvstor::vmbus

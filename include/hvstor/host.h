@@ -1,0 +1,31 @@
+// The one interface between the device model and the VMM that runs it.
+//
+// Everything below hw/qemu reaches guest memory, interrupts and time only through
+// Host. QEMU implements it in the glue; tests implement it with a fake guest.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hvstor {
+
+class Host {
+public:
+    virtual ~Host() = default;
+
+    // Copy between guest RAM and the host. Returns false, touching nothing, unless the
+    // whole range [gpa, gpa + len) is guest RAM (never MMIO, never outside the guest).
+    virtual bool read_gpa(uint64_t gpa, void* dst, size_t len) = 0;
+    virtual bool write_gpa(uint64_t gpa, const void* src, size_t len) = 0;
+
+    // Atomically OR `mask` into the little-endian u32 at gpa (4-byte aligned guest RAM).
+    // Needed where the guest clears bits of the same word concurrently (SynIC event
+    // flags). Returns false if gpa is not aligned guest RAM.
+    virtual bool atomic_or_u32(uint64_t gpa, uint32_t mask) = 0;
+
+    // Fixed-delivery interrupt with `vector` to virtual processor `vp`'s local APIC.
+    // May be called with no locks of the device model held only.
+    virtual void raise_vector(uint32_t vp, uint8_t vector) = 0;
+};
+
+} // namespace hvstor

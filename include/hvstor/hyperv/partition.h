@@ -1,0 +1,93 @@
+// A Hyper-V partition as a Linux guest sees it: CPUID leaves, the synthetic MSRs,
+// the hypercall page and hypercall dispatch, and the SynIC of each virtual processor.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "hvstor/host.h"
+#include "hvstor/hyperv/cpuid.h"
+#include "hvstor/hyperv/hv_status.h"
+#include "hvstor/hyperv/synic.h"
+
+namespace hvstor::hv {
+
+// Receives what the guest sends with POST_MESSAGE and SIGNAL_EVENT (the VMBus server).
+class MessageHandler {
+public:
+    virtual ~MessageHandler() = default;
+    virtual Status on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
+                                   std::span<const uint8_t> payload) = 0;
+    virtual Status on_signal_event(uint32_t vp, uint32_t connection_id, uint16_t flag) = 0;
+};
+
+struct PartitionConfig {
+    uint32_t nr_vps = 1;
+    // The I/O port the hypercall page traps through (see hypercall_stub()).
+    uint16_t hypercall_port = 0;
+};
+
+struct PartitionStats {
+    uint64_t hypercalls = 0;
+    uint64_t hypercall_errors = 0;
+    uint64_t msr_faults = 0;
+};
+
+class Partition {
+public:
+    // POST_MESSAGE input: u32 connection_id, u32 reserved, u32 message_type,
+    // u32 payload_size, then the payload.
+    static constexpr size_t kPostMessageHeader = 16;
+    // The stub the guest calls: ENDBR64 (the guest checks it under IBT); keep the
+    // input GPA in R11 because the port number goes in DX; OUT to the port traps to the
+    // VMM on the calling vCPU's thread, which reads RCX/R11/R8 and writes RAX; RET.
+    static constexpr size_t kStubSize = 13;
+    static std::array<uint8_t, kStubSize> hypercall_stub(uint16_t port);
+
+    Partition(Host& host, const PartitionConfig& cfg);
+
+    uint32_t nr_vps() const { return cfg_.nr_vps; }
+    const PartitionConfig& config() const { return cfg_; }
+    Synic& synic() { return synic_; }
+
+    void set_message_handler(MessageHandler* h) { handler_ = h; }
+
+    void cpuid(uint32_t leaf, uint32_t subleaf, CpuidRegs& regs) const;
+
+    // MSR access from vCPU `vp`. NotOurs outside the Hyper-V range; Fault for invalid
+    // accesses inside it, which the VMM turns into #GP.
+    MsrResult rdmsr(uint32_t vp, uint32_t msr, uint64_t& val);
+    MsrResult wrmsr(uint32_t vp, uint32_t msr, uint64_t val);
+
+    // A hypercall from vCPU `vp`: control (RCX), input (GPA or fast operand),
+    // output (GPA or second fast operand). Returns the value for RAX.
+    uint64_t hypercall(uint32_t vp, uint64_t control, uint64_t input, uint64_t output);
+
+    bool hypercall_page_enabled() const;
+    PartitionStats stats() const;
+
+    // Power-on state for a machine reset.
+    void reset();
+
+private:
+    Status post_message(uint32_t vp, const HypercallControl& c, uint64_t input);
+    Status signal_event(uint32_t vp, const HypercallControl& c, uint64_t input);
+
+    Host& host_;
+    PartitionConfig cfg_;
+    CpuidConfig cpuid_;
+    Synic synic_;
+    MessageHandler* handler_ = nullptr;
+
+    mutable std::mutex mu_;  // guards the partition-wide and per-VP MSR values below
+    uint64_t guest_os_id_ = 0;
+    uint64_t hypercall_msr_ = 0;
+    uint64_t tsc_invariant_control_ = 0;
+    std::vector<uint64_t> vp_assist_;
+    PartitionStats stats_;
+};
+
+} // namespace hvstor::hv

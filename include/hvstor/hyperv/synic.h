@@ -1,0 +1,95 @@
+// Synthetic interrupt controller (SynIC) per virtual processor: the message page
+// (SIMP) and event flags page (SIEFP) the guest registers, the 16 SINTs, and
+// message queues with msg_pending / EOM redelivery.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "hvstor/host.h"
+
+namespace hvstor::hv {
+
+enum class MsrResult {
+    Handled,  // the value was read or written
+    Fault,    // inject #GP
+    NotOurs,  // not a Hyper-V MSR: the CPU model handles it
+};
+
+constexpr size_t kSintCount = 16;
+constexpr size_t kMessageSlotSize = 256;
+constexpr size_t kMessagePayloadMax = 240;
+constexpr size_t kEventFlagsPerSint = 2048;
+constexpr uint32_t kPageSize = 4096;
+
+struct Message {
+    uint32_t type = 0;
+    uint8_t size = 0;
+    std::array<uint8_t, kMessagePayloadMax> payload{};
+};
+
+struct SynicStats {
+    uint64_t messages_delivered = 0;
+    uint64_t messages_deferred = 0;  // slot busy, waited for EOM
+    uint64_t events_signalled = 0;
+};
+
+class Synic {
+public:
+    // A message queue per SINT holds at most this many undelivered messages.
+    static constexpr size_t kQueueLimit = 4096;
+
+    Synic(Host& host, uint32_t nr_vps);
+
+    uint32_t nr_vps() const { return static_cast<uint32_t>(vps_.size()); }
+
+    // SCONTROL, SVERSION, SIEFP, SIMP, EOM and SINT0-15. NotOurs for other MSRs.
+    MsrResult rdmsr(uint32_t vp, uint32_t msr, uint64_t& val);
+    MsrResult wrmsr(uint32_t vp, uint32_t msr, uint64_t val);
+
+    // Queues a message for (vp, sint) and delivers it as soon as the slot is free.
+    // Returns false only when vp or sint is out of range, the payload is too large or
+    // the queue is full; a message accepted here is never dropped.
+    bool post_message(uint32_t vp, uint8_t sint, uint32_t type, std::span<const uint8_t> payload);
+
+    // Sets event flag `flag` of `sint` in vp's SIEFP page and raises the SINT's vector.
+    // False when the SIEFP page is not enabled or the arguments are out of range.
+    bool signal_event(uint32_t vp, uint8_t sint, uint32_t flag);
+
+    size_t queued_messages(uint32_t vp, uint8_t sint) const;
+    SynicStats stats() const;
+
+    // Back to power-on state (all pages disabled, SINTs masked, queues empty).
+    void reset();
+
+private:
+    struct Irq {
+        uint32_t vp;
+        uint8_t vector;
+    };
+    struct Vp {
+        uint64_t scontrol = 0;
+        uint64_t siefp = 0;
+        uint64_t simp = 0;
+        std::array<uint64_t, kSintCount> sint{};
+        std::array<std::deque<Message>, kSintCount> queue;
+    };
+
+    static constexpr uint64_t kSintMasked = 1ull << 16;
+
+    void reset_vp(Vp& v);
+    void deliver_locked(uint32_t vp, uint8_t sint, std::vector<Irq>& irqs);
+    void deliver_all_locked(uint32_t vp, std::vector<Irq>& irqs);
+    void raise(const std::vector<Irq>& irqs);
+
+    Host& host_;
+    mutable std::mutex mu_;
+    std::vector<Vp> vps_;
+    SynicStats stats_;
+};
+
+} // namespace hvstor::hv

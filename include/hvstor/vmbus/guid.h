@@ -1,0 +1,25 @@
+// GUIDs in the byte order VMBus carries them (first three fields little-endian).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace hvstor::vmbus {
+
+struct Guid {
+    std::array<uint8_t, 16> bytes{};
+
+    // "ba6163d9-04a1-4d29-b605-72e2ffb1dc7f"; nullopt if malformed.
+    static std::optional<Guid> parse(std::string_view text);
+    std::string to_string() const;
+    bool operator==(const Guid&) const = default;
+};
+
+// Hyper-V synthetic SCSI controller interface.
+inline const Guid kScsiControllerType =
+    *Guid::parse("ba6163d9-04a1-4d29-b605-72e2ffb1dc7f");
+
+} // namespace hvstor::vmbus

@@ -1,0 +1,149 @@
+// The VMBus server: version negotiation, channel offers, GPADLs and channel open/close
+// requests from the guest, answered over SynIC messages.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "hvstor/hyperv/partition.h"
+#include "hvstor/vmbus/guid.h"
+#include "hvstor/vmbus/messages.h"
+
+namespace hvstor::vmbus {
+
+// A guest physical address descriptor list: the pages the guest shared for a channel.
+struct Gpadl {
+    uint32_t id = 0;
+    uint32_t child_relid = 0;
+    uint16_t range_count = 0;
+    uint32_t expected_pfns = 0;
+    // Ranges as sent: for each, byte_count, byte_offset, then its pfns.
+    std::vector<uint64_t> range_data;
+    bool complete() const;
+};
+
+struct OpenRequest {
+    uint32_t child_relid;
+    uint32_t target_vp;
+    uint32_t downstream_page_offset;
+    const Gpadl* ring;
+    std::array<uint8_t, 120> user_data;
+};
+
+// The device behind an offer. Without one, opens are refused with an error status.
+class ChannelHandler {
+public:
+    virtual ~ChannelHandler() = default;
+    // Returns an NT status for OPENCHANNEL_RESULT.
+    virtual uint32_t on_open(const OpenRequest& req) = 0;
+    virtual void on_close(uint32_t child_relid) = 0;
+    // The guest signalled the open channel (SIGNAL_EVENT on its connection id).
+    virtual void on_guest_signal(uint32_t child_relid) = 0;
+};
+
+struct OfferInfo {
+    Guid type;
+    Guid instance;
+    uint16_t subchannel_index = 0;
+    ChannelHandler* handler = nullptr;
+};
+
+struct ServerConfig {
+    uint32_t max_version = version::kV5_3;
+    // Largest GPADL accepted, in pages (the guest's rings are far smaller).
+    uint32_t max_gpadl_pages = 65536;
+};
+
+struct ServerStats {
+    uint64_t messages_in = 0;
+    uint64_t messages_out = 0;
+    uint64_t bad_messages = 0;   // malformed, out of state, unknown
+    uint64_t send_failures = 0;  // SynIC refused a message
+};
+
+class Server : public hv::MessageHandler {
+public:
+    static constexpr uint32_t kMaxRelid = 2047;
+    // Connection ids for channel signals are kSignalBase + child_relid.
+    static constexpr uint32_t kSignalBase = 0x10000;
+
+    Server(hv::Synic& synic, const ServerConfig& cfg);
+
+    // Registers a channel to offer at the next REQUESTOFFERS (or right away if the guest
+    // is already connected). Returns the child relid, 0 when all are in use.
+    uint32_t add_offer(const OfferInfo& offer);
+
+    hv::Status on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
+                               std::span<const uint8_t> payload) override;
+    hv::Status on_signal_event(uint32_t vp, uint32_t connection_id, uint16_t flag) override;
+
+    bool connected() const;
+    uint32_t negotiated_version() const; // 0 when not connected
+    uint32_t target_vp() const;
+    uint8_t message_sint() const;
+    size_t gpadl_count() const;
+    bool channel_open(uint32_t relid) const;
+    ServerStats stats() const;
+
+    // Drop the connection, the GPADLs and open channels; offers stay registered.
+    void reset();
+
+private:
+    struct Channel {
+        OfferInfo info;
+        uint32_t relid = 0;
+        bool offered = false;
+        bool open = false;
+        uint32_t target_vp = 0;
+    };
+    struct Outgoing {
+        uint32_t vp;
+        uint8_t sint;
+        std::vector<uint8_t> bytes;
+    };
+    using Outbox = std::vector<Outgoing>;
+
+    // Replies are collected under the lock and posted after it is dropped, so that no
+    // lock of ours is held while the VMM raises the interrupt.
+    template <typename T> void queue_to(Outbox& out, uint32_t vp, uint8_t sint, const T& msg) {
+        const auto* p = reinterpret_cast<const uint8_t*>(&msg);
+        out.push_back({vp, sint, std::vector<uint8_t>(p, p + sizeof msg)});
+    }
+    template <typename T> void queue(Outbox& out, const T& msg) { queue_to(out, target_vp_, sint_, msg); }
+    void flush(const Outbox& out);
+
+    hv::Status handle_locked(uint32_t connection_id, MsgType type, std::span<const uint8_t> m, Outbox& out);
+    hv::Status initiate_contact(uint32_t connection_id, std::span<const uint8_t> m, Outbox& out);
+    void request_offers(Outbox& out);
+    void gpadl_header(std::span<const uint8_t> m, Outbox& out);
+    void gpadl_body(std::span<const uint8_t> m, Outbox& out);
+    void gpadl_teardown(std::span<const uint8_t> m, Outbox& out);
+    void open_channel(std::span<const uint8_t> m, Outbox& out);
+    void close_channel(std::span<const uint8_t> m);
+    void modify_channel(std::span<const uint8_t> m, Outbox& out);
+    void unload(Outbox& out);
+    void finish_gpadl(Gpadl& g, Outbox& out);
+    void fail_gpadl(Gpadl& g, Outbox& out);
+    void answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& out);
+    void drop_connection_locked();
+    OfferChannel make_offer(const Channel& ch) const;
+    Channel* find(uint32_t relid);
+
+    hv::Synic& synic_;
+    ServerConfig cfg_;
+    mutable std::mutex mu_;
+    uint32_t version_ = 0;
+    uint32_t target_vp_ = 0;
+    uint8_t sint_ = kVmbusSint;
+    bool offers_requested_ = false;
+    std::vector<std::unique_ptr<Channel>> channels_; // index = relid - 1
+    std::map<uint32_t, Gpadl> gpadls_;
+    ServerStats stats_;
+};
+
+} // namespace hvstor::vmbus

@@ -1,0 +1,33 @@
+# Shared helpers for hvstor scripts. Sourced, not executed.
+# shellcheck shell=bash
+
+HVSTOR_ROOT=${HVSTOR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# Everything downloaded or built lives under one cache folder, outside git.
+HVSTOR_CACHE=${HVSTOR_CACHE:-$HVSTOR_ROOT/.cache}
+mkdir -p "$HVSTOR_CACHE"
+
+log()  { printf '[hvstor %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die()  { printf '[hvstor] error: %s\n' "$*" >&2; exit 1; }
+
+# Run a long command with its output in a log file; print a heartbeat so the user
+# sees progress, and the log tail on failure.
+run_logged() {
+  local what=$1 logf=$2; shift 2
+  log "$what (log: $logf)"
+  local start=$SECONDS
+  ( "$@" ) >"$logf" 2>&1 &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 15
+    kill -0 "$pid" 2>/dev/null && log "  ... $what: $((SECONDS - start))s, $(tail -n 1 "$logf" | cut -c1-100)"
+  done
+  if ! wait "$pid"; then
+    tail -n 40 "$logf" >&2
+    die "$what failed after $((SECONDS - start))s (full log: $logf)"
+  fi
+  log "$what done in $((SECONDS - start))s"
+}
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "this step installs Debian packages and needs root (or run it with sudo)"
+}

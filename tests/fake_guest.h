@@ -1,0 +1,78 @@
+// A fake Linux guest: programs the SynIC through MSRs, posts messages through the
+// hypercall interface and reads what the host delivers, as hv_vmbus does.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+#include "fake_host.h"
+#include "hvstor/hyperv/msr.h"
+#include "hvstor/hyperv/partition.h"
+#include "hvstor/vmbus/messages.h"
+
+namespace hvstor::test {
+
+class FakeGuest {
+public:
+    static constexpr uint64_t kSimpBase = 0x100000;   // per VP: + vp * 0x2000
+    static constexpr uint64_t kSiefpBase = 0x101000;
+    static constexpr uint64_t kInputPage = 0x200000;  // per VP: + vp * 0x1000
+    static constexpr uint8_t kVector = 0xF3;
+
+    FakeGuest(FakeHost& host, hv::Partition& p) : host_(host), p_(p) {}
+
+    uint64_t simp(uint32_t vp) const { return kSimpBase + vp * 0x2000ull; }
+    uint64_t siefp(uint32_t vp) const { return kSiefpBase + vp * 0x2000ull; }
+
+    // What hv_synic_enable_regs does, for SINT `sint`.
+    void enable_synic(uint32_t vp, uint8_t sint = vmbus::kVmbusSint) {
+        ASSERT_EQ(p_.wrmsr(vp, hv::msr::kSimp, simp(vp) | 1), hv::MsrResult::Handled);
+        ASSERT_EQ(p_.wrmsr(vp, hv::msr::kSiefp, siefp(vp) | 1), hv::MsrResult::Handled);
+        ASSERT_EQ(p_.wrmsr(vp, hv::msr::kSint0 + sint, kVector), hv::MsrResult::Handled);
+        ASSERT_EQ(p_.wrmsr(vp, hv::msr::kScontrol, 1), hv::MsrResult::Handled);
+    }
+
+    // HVCALL_POST_MESSAGE from `vp`; returns the status.
+    uint16_t post(uint32_t vp, uint32_t conn, const void* msg, size_t len, uint32_t type = vmbus::kHvMessageTypeVmbus) {
+        const uint64_t in = kInputPage + vp * 0x1000ull;
+        uint32_t hdr[4] = {conn, 0, type, static_cast<uint32_t>(len)};
+        host_.write_gpa(in, hdr, sizeof hdr);
+        host_.write_gpa(in + 16, msg, len);
+        return static_cast<uint16_t>(p_.hypercall(vp, 0x5C, in, 0));
+    }
+    template <typename T> uint16_t post(uint32_t vp, uint32_t conn, const T& msg) {
+        return post(vp, conn, &msg, sizeof msg);
+    }
+
+    // Takes the message in vp's slot for `sint`, as the guest's message DPC does:
+    // copy, clear message_type, EOM if msg_pending was set.
+    std::optional<std::vector<uint8_t>> take(uint32_t vp, uint8_t sint = vmbus::kVmbusSint) {
+        const uint64_t slot = simp(vp) + sint * 256ull;
+        uint32_t type = host_.load<uint32_t>(slot);
+        if (type == 0) return std::nullopt;
+        uint8_t size = host_.load<uint8_t>(slot + 4);
+        uint8_t flags = host_.load<uint8_t>(slot + 5);
+        std::vector<uint8_t> out(host_.ram(slot + 16), host_.ram(slot + 16) + size);
+        host_.store<uint32_t>(slot, 0);
+        if (flags & 1) p_.wrmsr(vp, hv::msr::kEom, 0);
+        return out;
+    }
+
+    template <typename T> T take_as(uint32_t vp, uint8_t sint = vmbus::kVmbusSint) {
+        auto m = take(vp, sint);
+        T out{};
+        EXPECT_TRUE(m.has_value()) << "no message in the slot";
+        if (!m) return out;
+        EXPECT_GE(m->size(), sizeof(T));
+        std::memcpy(&out, m->data(), std::min(m->size(), sizeof(T)));
+        return out;
+    }
+
+private:
+    FakeHost& host_;
+    hv::Partition& p_;
+};
+
+} // namespace hvstor::test

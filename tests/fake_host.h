@@ -1,0 +1,66 @@
+// A Host over a flat fake guest RAM, with a hole that stands for MMIO.
+#pragma once
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "hvstor/host.h"
+
+namespace hvstor::test {
+
+class FakeHost : public Host {
+public:
+    // RAM is [0, ram_size) except the hole [hole_start, hole_end).
+    static constexpr uint64_t kRamSize = 8 << 20;
+    static constexpr uint64_t kHoleStart = 6 << 20;
+    static constexpr uint64_t kHoleEnd = 7 << 20;
+
+    struct Irq {
+        uint32_t vp;
+        uint8_t vector;
+    };
+
+    FakeHost() : ram_(kRamSize, 0) {}
+
+    bool valid(uint64_t gpa, size_t len) const {
+        if (gpa > kRamSize || len > kRamSize - gpa) return false;
+        return gpa + len <= kHoleStart || gpa >= kHoleEnd;
+    }
+    bool read_gpa(uint64_t gpa, void* dst, size_t len) override {
+        if (!valid(gpa, len)) return false;
+        std::memcpy(dst, ram_.data() + gpa, len);
+        return true;
+    }
+    bool write_gpa(uint64_t gpa, const void* src, size_t len) override {
+        if (!valid(gpa, len)) return false;
+        std::memcpy(ram_.data() + gpa, src, len);
+        return true;
+    }
+    bool atomic_or_u32(uint64_t gpa, uint32_t mask) override {
+        if ((gpa & 3) || !valid(gpa, 4)) return false;
+        std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(ram_.data() + gpa)).fetch_or(mask);
+        return true;
+    }
+    void raise_vector(uint32_t vp, uint8_t vector) override {
+        std::lock_guard lock(mu_);
+        irqs.push_back({vp, vector});
+    }
+
+    uint8_t* ram(uint64_t gpa) { return ram_.data() + gpa; }
+    template <typename T> T load(uint64_t gpa) {
+        T v;
+        std::memcpy(&v, ram_.data() + gpa, sizeof v);
+        return v;
+    }
+    template <typename T> void store(uint64_t gpa, const T& v) { std::memcpy(ram_.data() + gpa, &v, sizeof v); }
+
+    std::vector<Irq> irqs;
+
+private:
+    std::mutex mu_;
+    alignas(8) std::vector<uint8_t> ram_;
+};
+
+} // namespace hvstor::test

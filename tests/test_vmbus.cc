@@ -1,0 +1,383 @@
+#include <gtest/gtest.h>
+
+#include <type_traits>
+
+#include "fake_guest.h"
+#include "fake_host.h"
+#include "hvstor/hyperv/partition.h"
+#include "hvstor/vmbus/server.h"
+
+using namespace hvstor;
+using namespace hvstor::vmbus;
+using hv::Status;
+using hvstor::test::FakeGuest;
+using hvstor::test::FakeHost;
+
+namespace {
+
+class FakeChannel : public ChannelHandler {
+public:
+    uint32_t on_open(const OpenRequest& r) override {
+        opens++;
+        ring_pages = r.ring->expected_pfns;
+        return status;
+    }
+    void on_close(uint32_t) override { closes++; }
+    void on_guest_signal(uint32_t) override { signals++; }
+    uint32_t status = kStatusSuccess;
+    int opens = 0, closes = 0, signals = 0;
+    uint32_t ring_pages = 0;
+};
+
+class VmbusTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        p.set_message_handler(&server);
+        for (uint32_t vp = 0; vp < 4; vp++) g.enable_synic(vp);
+    }
+
+    InitiateContact contact(uint32_t ver, uint32_t vp = 0, uint8_t sint = 2) {
+        InitiateContact c{};
+        c.hdr.msgtype = uint32_t(MsgType::InitiateContact);
+        c.version_requested = ver;
+        c.target_vcpu = vp;
+        if (ver >= version::kV5_0) c.v5.msg_sint = sint;
+        return c;
+    }
+    // Negotiates as Linux does: 5.x on connection 4, older on 1.
+    VersionResponse negotiate(uint32_t ver, uint32_t vp = 0) {
+        auto c = contact(ver, vp);
+        EXPECT_EQ(g.post(vp, ver >= version::kV5_0 ? 4 : 1, c), uint16_t(Status::Success));
+        return g.take_as<VersionResponse>(vp);
+    }
+    template <typename T> T msg(MsgType t) {
+        T m{};
+        if constexpr (std::is_same_v<T, MsgHeader>) m.msgtype = uint32_t(t);
+        else m.hdr.msgtype = uint32_t(t);
+        return m;
+    }
+    void connect_and_list(uint32_t vp = 0) {
+        ASSERT_EQ(negotiate(version::kV5_3, vp).version_supported, 1);
+        g.post(vp, 1, msg<MsgHeader>(MsgType::RequestOffers));
+        while (g.take(vp)) {
+        }
+    }
+    // Sends a GPADL of `pages` pages for `relid`, split over header and bodies the way
+    // Linux does (26 pfns in the header, 28 per body).
+    void send_gpadl(uint32_t relid, uint32_t id, uint32_t pages, uint32_t extra_pfns = 0) {
+        std::vector<uint8_t> buf(240);
+        GpadlHeader h{};
+        h.hdr.msgtype = uint32_t(MsgType::GpadlHeader);
+        h.child_relid = relid;
+        h.gpadl = id;
+        h.rangecount = 1;
+        h.range_buflen = uint16_t(8 + 8 * pages);
+        std::vector<uint64_t> pfns;
+        for (uint32_t i = 0; i < pages + extra_pfns; i++) pfns.push_back(0x1000 + i);
+        const uint64_t range = uint64_t(pages) * 4096; // byte_count, offset 0
+        size_t first = std::min<size_t>(pfns.size(), 26);
+        std::memcpy(buf.data(), &h, sizeof h);
+        std::memcpy(buf.data() + sizeof h, &range, 8);
+        std::memcpy(buf.data() + sizeof h + 8, pfns.data(), first * 8);
+        ASSERT_EQ(g.post(0, 1, buf.data(), sizeof h + 8 + first * 8), 0);
+        for (size_t at = first; at < pfns.size(); at += 28) {
+            size_t n = std::min<size_t>(pfns.size() - at, 28);
+            GpadlBody b{};
+            b.hdr.msgtype = uint32_t(MsgType::GpadlBody);
+            b.gpadl = id;
+            std::memcpy(buf.data(), &b, sizeof b);
+            std::memcpy(buf.data() + sizeof b, pfns.data() + at, n * 8);
+            ASSERT_EQ(g.post(0, 1, buf.data(), sizeof b + n * 8), 0);
+        }
+    }
+
+    FakeHost host;
+    hv::Partition p{host, hv::PartitionConfig{4, 0x5A58}};
+    Server server{p.synic(), ServerConfig{}};
+    FakeGuest g{host, p};
+};
+
+} // namespace
+
+TEST_F(VmbusTest, EveryLinuxVersionNegotiates) {
+    for (uint32_t ver : version::kAll) {
+        auto r = negotiate(ver);
+        EXPECT_EQ(r.hdr.msgtype, uint32_t(MsgType::VersionResponse));
+        EXPECT_EQ(r.version_supported, 1) << std::hex << ver;
+        EXPECT_EQ(r.msg_conn_id, ver >= version::kV5_0 ? 1u : 0u);
+        EXPECT_EQ(server.negotiated_version(), ver);
+    }
+}
+
+TEST_F(VmbusTest, VersionsAboveMaxAreRefusedSoTheGuestMovesOn) {
+    Server old{p.synic(), ServerConfig{version::kWin10Rs3, 65536}};
+    p.set_message_handler(&old);
+    for (uint32_t ver : {version::kV5_3, version::kV5_2, version::kV5_1, version::kV5_0}) {
+        auto r = negotiate(ver);
+        EXPECT_EQ(r.version_supported, 0) << std::hex << ver;
+        EXPECT_FALSE(old.connected());
+    }
+    EXPECT_EQ(negotiate(version::kWin10Rs3).version_supported, 1);
+    EXPECT_TRUE(old.connected());
+}
+
+TEST_F(VmbusTest, UnknownVersionsRefused) {
+    for (uint32_t ver : {0x00010001u, 0x00000013u, 0x00060000u, 0x00050004u}) {
+        auto c = contact(ver);
+        g.post(0, 1, c);
+        EXPECT_EQ(g.take_as<VersionResponse>(0).version_supported, 0) << std::hex << ver;
+    }
+    EXPECT_FALSE(server.connected());
+}
+
+TEST_F(VmbusTest, OldVersionOnConnection4IsInvalidConnection) {
+    auto c = contact(version::kWin10);
+    EXPECT_EQ(g.post(0, 4, c), uint16_t(Status::InvalidConnectionId));
+    EXPECT_FALSE(g.take(0));
+}
+
+TEST_F(VmbusTest, UnknownConnectionId) {
+    auto c = contact(version::kV5_3);
+    EXPECT_EQ(g.post(0, 2, c), uint16_t(Status::InvalidConnectionId));
+    EXPECT_EQ(g.post(0, 0x12345, c), uint16_t(Status::InvalidConnectionId));
+}
+
+TEST_F(VmbusTest, ResponseGoesToRequestedVpAndSint) {
+    auto c = contact(version::kV5_3, 3, 5);
+    g.enable_synic(3, 5);
+    EXPECT_EQ(g.post(0, 4, c), 0);
+    EXPECT_FALSE(g.take(0));
+    auto r = g.take_as<VersionResponse>(3, 5);
+    EXPECT_EQ(r.version_supported, 1);
+    EXPECT_EQ(server.target_vp(), 3u);
+    EXPECT_EQ(server.message_sint(), 5);
+}
+
+TEST_F(VmbusTest, BadContactRejected) {
+    auto c = contact(version::kV5_3, 9);
+    EXPECT_EQ(g.post(0, 4, c), uint16_t(Status::InvalidParameter)) << "vp out of range";
+    c = contact(version::kV5_3, 0, 16);
+    EXPECT_EQ(g.post(0, 4, c), uint16_t(Status::InvalidParameter)) << "sint out of range";
+    uint8_t shorty[20] = {14};
+    EXPECT_EQ(g.post(0, 4, shorty, sizeof shorty), uint16_t(Status::InvalidParameter)) << "truncated";
+    uint8_t tiny[4] = {14};
+    EXPECT_EQ(g.post(0, 1, tiny, sizeof tiny), uint16_t(Status::InvalidParameter));
+    EXPECT_FALSE(server.connected());
+}
+
+TEST_F(VmbusTest, MessagesBeforeContactIgnored) {
+    g.post(0, 1, msg<MsgHeader>(MsgType::RequestOffers));
+    EXPECT_FALSE(g.take(0));
+    EXPECT_EQ(server.stats().bad_messages, 1u);
+}
+
+TEST_F(VmbusTest, OffersThenAllOffersDelivered) {
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    a.instance = *Guid::parse("00000000-1111-2222-3333-444455556666");
+    OfferInfo b = a;
+    b.instance.bytes[15] = 0x77;
+    EXPECT_EQ(server.add_offer(a), 1u);
+    EXPECT_EQ(server.add_offer(b), 2u);
+    ASSERT_EQ(negotiate(version::kV5_3).version_supported, 1);
+    g.post(0, 1, msg<MsgHeader>(MsgType::RequestOffers));
+
+    for (uint32_t relid : {1u, 2u}) {
+        auto m = g.take(0);
+        ASSERT_TRUE(m);
+        ASSERT_GE(m->size(), 196u) << "the guest's minimum for OFFERCHANNEL";
+        OfferChannel o;
+        std::memcpy(&o, m->data(), sizeof o);
+        EXPECT_EQ(o.hdr.msgtype, uint32_t(MsgType::OfferChannel));
+        EXPECT_EQ(std::memcmp(o.offer.if_type, kScsiControllerType.bytes.data(), 16), 0);
+        const Guid& inst = relid == 1 ? a.instance : b.instance;
+        EXPECT_EQ(std::memcmp(o.offer.if_instance, inst.bytes.data(), 16), 0);
+        EXPECT_EQ(o.child_relid, relid);
+        EXPECT_EQ(o.monitor_allocated, 0) << "pitfall 3";
+        EXPECT_EQ(o.is_dedicated_interrupt, 1);
+        EXPECT_EQ(o.offer.sub_channel_index, 0);
+        EXPECT_EQ(o.connection_id, Server::kSignalBase + relid);
+    }
+    EXPECT_EQ(g.take_as<MsgHeader>(0).msgtype, uint32_t(MsgType::AllOffersDelivered));
+}
+
+TEST_F(VmbusTest, ScsiGuidWireOrder) {
+    const uint8_t wire[16] = {0xd9, 0x63, 0x61, 0xba, 0xa1, 0x04, 0x29, 0x4d,
+                              0xb6, 0x05, 0x72, 0xe2, 0xff, 0xb1, 0xdc, 0x7f};
+    EXPECT_EQ(std::memcmp(kScsiControllerType.bytes.data(), wire, 16), 0);
+    EXPECT_EQ(kScsiControllerType.to_string(), "ba6163d9-04a1-4d29-b605-72e2ffb1dc7f");
+    EXPECT_FALSE(Guid::parse("ba6163d9-04a1-4d29-b605-72e2ffb1dc7"));
+    EXPECT_FALSE(Guid::parse("ba6163d9x04a1-4d29-b605-72e2ffb1dc7f"));
+    EXPECT_FALSE(Guid::parse("zz6163d9-04a1-4d29-b605-72e2ffb1dc7f"));
+}
+
+TEST_F(VmbusTest, UnloadAnswersAndDisconnects) {
+    connect_and_list();
+    g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
+    EXPECT_EQ(g.take_as<MsgHeader>(0).msgtype, uint32_t(MsgType::UnloadResponse));
+    EXPECT_FALSE(server.connected());
+}
+
+TEST_F(VmbusTest, GpadlAcrossBodiesAndTeardown) {
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    server.add_offer(a);
+    connect_and_list();
+    send_gpadl(1, 0xE1E10, 66); // a 2 x 128 KiB ring plus two header pages
+    auto c = g.take_as<GpadlCreated>(0);
+    EXPECT_EQ(c.hdr.msgtype, uint32_t(MsgType::GpadlCreated));
+    EXPECT_EQ(c.gpadl, 0xE1E10u);
+    EXPECT_EQ(c.child_relid, 1u);
+    EXPECT_EQ(c.creation_status, kStatusSuccess);
+    EXPECT_EQ(server.gpadl_count(), 1u);
+
+    GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
+    t.child_relid = 1;
+    t.gpadl = 0xE1E10;
+    g.post(0, 1, t);
+    auto d = g.take_as<GpadlTorndown>(0);
+    EXPECT_EQ(d.hdr.msgtype, uint32_t(MsgType::GpadlTorndown));
+    EXPECT_EQ(d.gpadl, 0xE1E10u);
+    EXPECT_EQ(server.gpadl_count(), 0u);
+}
+
+TEST_F(VmbusTest, BadGpadlsAreAnsweredWithFailure) {
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    server.add_offer(a);
+    connect_and_list();
+    send_gpadl(7, 1, 4); // no such channel
+    EXPECT_NE(g.take_as<GpadlCreated>(0).creation_status, kStatusSuccess);
+    send_gpadl(1, 2, 40, 3); // more pages than announced
+    EXPECT_NE(g.take_as<GpadlCreated>(0).creation_status, kStatusSuccess);
+    send_gpadl(1, 3, 4);
+    EXPECT_EQ(g.take_as<GpadlCreated>(0).creation_status, kStatusSuccess);
+    send_gpadl(1, 3, 4); // duplicate id
+    EXPECT_NE(g.take_as<GpadlCreated>(0).creation_status, kStatusSuccess);
+    EXPECT_EQ(server.gpadl_count(), 1u);
+}
+
+TEST_F(VmbusTest, OpenWithoutDeviceIsRefusedWithStatus) {
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    server.add_offer(a);
+    connect_and_list();
+    send_gpadl(1, 5, 66);
+    g.take(0);
+    OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
+    o.child_relid = 1;
+    o.openid = 1;
+    o.ringbuffer_gpadlhandle = 5;
+    o.downstream_ringbuffer_pageoffset = 33;
+    g.post(0, 1, o);
+    auto r = g.take_as<OpenResult>(0);
+    EXPECT_EQ(r.hdr.msgtype, uint32_t(MsgType::OpenChannelResult));
+    EXPECT_EQ(r.child_relid, 1u);
+    EXPECT_EQ(r.status, kStatusNotSupported);
+    EXPECT_FALSE(server.channel_open(1));
+}
+
+TEST_F(VmbusTest, OpenCloseSignalWithDevice) {
+    FakeChannel dev;
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    a.handler = &dev;
+    server.add_offer(a);
+    connect_and_list();
+    send_gpadl(1, 5, 66);
+    g.take(0);
+    OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
+    o.child_relid = 1;
+    o.openid = 1;
+    o.ringbuffer_gpadlhandle = 5;
+    o.downstream_ringbuffer_pageoffset = 66; // past the end
+    g.post(0, 1, o);
+    EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    o.downstream_ringbuffer_pageoffset = 33;
+    o.ringbuffer_gpadlhandle = 6; // unknown gpadl
+    g.post(0, 1, o);
+    EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    o.ringbuffer_gpadlhandle = 5;
+    g.post(0, 1, o);
+    EXPECT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    EXPECT_EQ(dev.opens, 1);
+    EXPECT_EQ(dev.ring_pages, 66u);
+    EXPECT_TRUE(server.channel_open(1));
+
+    EXPECT_EQ(uint16_t(p.hypercall(0, 0x5D | (1u << 16), Server::kSignalBase + 1, 0)), 0);
+    EXPECT_EQ(dev.signals, 1);
+    EXPECT_EQ(uint16_t(p.hypercall(0, 0x5D | (1u << 16), Server::kSignalBase + 2, 0)),
+              uint16_t(Status::InvalidConnectionId));
+
+    ModifyChannel m = msg<ModifyChannel>(MsgType::ModifyChannel);
+    m.child_relid = 1;
+    m.target_vp = 2;
+    g.post(0, 1, m);
+    EXPECT_EQ(g.take_as<ModifyChannelResponse>(0).status, kStatusSuccess);
+
+    CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+    c.child_relid = 1;
+    g.post(0, 1, c);
+    EXPECT_EQ(dev.closes, 1);
+    EXPECT_FALSE(server.channel_open(1));
+    EXPECT_EQ(uint16_t(p.hypercall(0, 0x5D | (1u << 16), Server::kSignalBase + 1, 0)),
+              uint16_t(Status::InvalidConnectionId));
+}
+
+TEST_F(VmbusTest, UnloadClosesOpenChannels) {
+    FakeChannel dev;
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    a.handler = &dev;
+    server.add_offer(a);
+    connect_and_list();
+    send_gpadl(1, 5, 66);
+    g.take(0);
+    OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
+    o.child_relid = 1;
+    o.ringbuffer_gpadlhandle = 5;
+    o.downstream_ringbuffer_pageoffset = 33;
+    g.post(0, 1, o);
+    g.take(0);
+    g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
+    EXPECT_EQ(dev.closes, 1);
+    EXPECT_EQ(server.gpadl_count(), 0u);
+}
+
+TEST_F(VmbusTest, HotAddedOfferIsSentRightAway) {
+    connect_and_list();
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    EXPECT_EQ(server.add_offer(a), 1u);
+    auto o = g.take_as<OfferChannel>(0);
+    EXPECT_EQ(o.hdr.msgtype, uint32_t(MsgType::OfferChannel));
+    EXPECT_EQ(o.child_relid, 1u);
+}
+
+TEST_F(VmbusTest, ModifyResponseOnlyFrom53) {
+    ASSERT_EQ(negotiate(version::kV5_2).version_supported, 1);
+    ModifyChannel m = msg<ModifyChannel>(MsgType::ModifyChannel);
+    m.child_relid = 1;
+    g.post(0, 1, m);
+    EXPECT_FALSE(g.take(0));
+}
+
+TEST_F(VmbusTest, GarbageNeverCrashes) {
+    connect_and_list();
+    std::vector<uint8_t> buf(240);
+    uint32_t seed = 1;
+    for (int i = 0; i < 20000; i++) {
+        for (auto& b : buf) {
+            seed = seed * 1103515245 + 12345;
+            b = uint8_t(seed >> 16);
+        }
+        uint32_t type = 1 + (seed >> 8) % 25;
+        std::memcpy(buf.data(), &type, 4);
+        size_t len = (seed >> 4) % 241;
+        g.post(0, 1, buf.data(), len);
+        while (g.take(0)) {
+        }
+    }
+    SUCCEED() << "bad messages counted: " << server.stats().bad_messages;
+    EXPECT_GT(server.stats().bad_messages, 0u);
+}
