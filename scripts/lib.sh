@@ -17,9 +17,13 @@ run_logged() {
   local start=$SECONDS
   ( "$@" ) >"$logf" 2>&1 &
   local pid=$!
+  local last=$SECONDS
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 15
-    kill -0 "$pid" 2>/dev/null && log "  ... $what: $((SECONDS - start))s, $(tail -n 1 "$logf" | cut -c1-100)"
+    sleep 1
+    if (( SECONDS - last >= 20 )) && kill -0 "$pid" 2>/dev/null; then
+      last=$SECONDS
+      log "  ... $what: $((SECONDS - start))s, $(tail -n 1 "$logf" | tr -d '\r' | cut -c1-100)"
+    fi
   done
   if ! wait "$pid"; then
     tail -n 40 "$logf" >&2

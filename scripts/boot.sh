@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Boots a guest kernel under QEMU with the hvstor busybox initramfs and runs one command in it.
+#
+#   scripts/boot.sh --qemu PATH [--kernel NAME|PATH] [--modules DIR] [--vcpus N] [--mem SIZE]
+#                   [--cmd 'shell command'] [--timeout SECONDS] [--log FILE]
+#                   [--append 'kernel args'] [--wait-disks N] [-- extra qemu args...]
+#
+#   --kernel      debian-6.12 (default), debian-6.1, or a bzImage path (see guest-assets.sh)
+#   --modules     lib/modules/<version> tree for a bzImage path
+#   --vcpus       guest CPUs (default 2); --mem guest memory (default 1G)
+#   --cmd         shell command run in the guest (busybox sh -c); its console output is
+#                 printed and its exit status is this script's. Without --cmd the guest
+#                 starts an interactive shell on this terminal (Ctrl-A X quits QEMU).
+#   --timeout     seconds before QEMU is killed (default 120; interactive: none)
+#   --log         keep the whole serial console log in FILE
+#   --append      more kernel command line arguments
+#   --wait-disks  in the guest, wait (up to 60 s) until N SCSI disks exist before the command
+#   -- ...        passed to QEMU as they are (for example -device hv-storvsc,...)
+#
+# Exit status: the guest command's; 124 when the timeout hit; 125 when the guest panicked
+# or QEMU ended without reporting the command's status; 1/2 for errors before the boot.
+# HVSTOR_BOOT_QUIET=1 adds "quiet" to the kernel command line.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+usage() {
+  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+QEMU=''
+KERNEL_SPEC=debian-6.12
+MODULES_DIR=''
+VCPUS=2
+MEM=1G
+CMD=''
+HAVE_CMD=0
+TIMEOUT=''
+LOG=''
+APPEND=''
+WAIT_DISKS=0
+EXTRA=()
+
+need_arg() { [ "$2" -ge 2 ] || die "$1 needs a value (see --help)"; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --qemu)       need_arg "$1" $#; QEMU=$2; shift 2 ;;
+    --kernel)     need_arg "$1" $#; KERNEL_SPEC=$2; shift 2 ;;
+    --modules)    need_arg "$1" $#; MODULES_DIR=$2; shift 2 ;;
+    --vcpus)      need_arg "$1" $#; VCPUS=$2; shift 2 ;;
+    --mem)        need_arg "$1" $#; MEM=$2; shift 2 ;;
+    --cmd)        need_arg "$1" $#; CMD=$2; HAVE_CMD=1; shift 2 ;;
+    --timeout)    need_arg "$1" $#; TIMEOUT=$2; shift 2 ;;
+    --log)        need_arg "$1" $#; LOG=$2; shift 2 ;;
+    --append)     need_arg "$1" $#; APPEND="$APPEND $2"; shift 2 ;;
+    --wait-disks) need_arg "$1" $#; WAIT_DISKS=$2; shift 2 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -h|--help) usage ;;
+    *) printf '[hvstor] error: unknown argument: %s\n' "$1" >&2; usage ;;
+  esac
+done
+
+[ -n "$QEMU" ] || die "--qemu PATH is required"
+if [[ $QEMU != */* ]]; then QEMU=$(command -v "$QEMU" || true); fi
+if [ -z "$QEMU" ] || [ ! -x "$QEMU" ]; then
+  die "QEMU binary not found or not executable: ${QEMU:-(none)}"
+fi
+[[ $VCPUS =~ ^[1-9][0-9]*$ ]] || die "--vcpus wants a positive number, got '$VCPUS'"
+[[ $WAIT_DISKS =~ ^[0-9]+$ ]] || die "--wait-disks wants a number, got '$WAIT_DISKS'"
+[[ $MEM =~ ^[1-9][0-9]*[MGmg]?$ ]] || die "--mem wants a size such as 1G or 512M, got '$MEM'"
+if [ -n "$TIMEOUT" ]; then
+  [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "--timeout wants a positive number of seconds, got '$TIMEOUT'"
+elif [ "$HAVE_CMD" = 1 ]; then
+  TIMEOUT=120
+fi
+
+# --- guest assets ---------------------------------------------------------------------------
+asset_args=("$KERNEL_SPEC")
+[ -z "$MODULES_DIR" ] || asset_args+=(--modules "$MODULES_DIR")
+assets=$("$HVSTOR_ROOT/scripts/guest-assets.sh" "${asset_args[@]}") ||
+  die "could not prepare guest assets for '$KERNEL_SPEC'"
+KERNEL='' INITRD=''
+eval "$assets"
+if [ ! -f "$KERNEL" ] || [ ! -f "$INITRD" ]; then
+  die "guest-assets.sh returned no kernel/initramfs"
+fi
+
+RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hvstor-boot.XXXXXX")
+QPID=''
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+  if [ -n "$QPID" ] && kill -0 "$QPID" 2>/dev/null; then kill "$QPID" 2>/dev/null || true; fi
+  rm -rf "$RUN_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- per-run initramfs: the base archive plus one holding /hvstor/cmd --------------------------
+RUN_INITRD=$RUN_DIR/initrd.cpio.gz
+if [ "$HAVE_CMD" = 1 ]; then
+  mkdir -p "$RUN_DIR/extra/hvstor"
+  printf '%s\n' "$CMD" > "$RUN_DIR/extra/hvstor/cmd"
+  (cd "$RUN_DIR/extra" && printf '%s\n' hvstor hvstor/cmd | cpio -o -H newc -R 0:0 --quiet) |
+    gzip -n > "$RUN_DIR/extra.cpio.gz"
+  cat "$INITRD" "$RUN_DIR/extra.cpio.gz" > "$RUN_INITRD"
+else
+  RUN_INITRD=$INITRD
+fi
+
+# --- QEMU command line ----------------------------------------------------------------------
+CMDLINE="console=ttyS0 panic=-1"
+[ "${HVSTOR_BOOT_QUIET:-0}" != 1 ] || CMDLINE="$CMDLINE quiet"
+[ "$WAIT_DISKS" = 0 ] || CMDLINE="$CMDLINE hvstor.wait_disks=$WAIT_DISKS"
+CMDLINE="$CMDLINE${APPEND}"
+
+QARGS=(-machine q35 -accel tcg -cpu max -smp "$VCPUS" -m "$MEM"
+       -nographic -nodefaults -no-reboot
+       -kernel "$KERNEL" -initrd "$RUN_INITRD" -append "$CMDLINE")
+for fw in /usr/share/seabios /usr/share/qemu; do
+  [ ! -d "$fw" ] || QARGS+=(-L "$fw")
+done
+
+if [ "$HAVE_CMD" = 0 ]; then
+  # Interactive: the console on this terminal, with QEMU's monitor muxed in (Ctrl-A C).
+  chardev=stdio,id=con0,mux=on,signal=off
+  [ -z "$LOG" ] || chardev="$chardev,logfile=$LOG"
+  QARGS+=(-chardev "$chardev" -serial chardev:con0 -mon "chardev=con0,mode=readline")
+  log "booting $(basename "$KERNEL") interactively (Ctrl-A X quits)"
+  rc=0
+  if [ -n "$TIMEOUT" ]; then
+    timeout --foreground "$TIMEOUT" "$QEMU" "${QARGS[@]}" "${EXTRA[@]}" || rc=$?
+  else
+    "$QEMU" "${QARGS[@]}" "${EXTRA[@]}" || rc=$?
+  fi
+  exit "$rc"
+fi
+
+CONSOLE=${LOG:-$RUN_DIR/console.log}
+mkdir -p "$(dirname "$CONSOLE")"
+: > "$CONSOLE"
+QARGS+=(-serial "file:$CONSOLE" -monitor none)
+
+# Prints the command's console lines (between the markers, \r stripped) as they arrive;
+# writes the exit status to $RUN_DIR/status and the time the guest got ready to $RUN_DIR/ready.
+# shellcheck disable=SC2016
+FILTER='
+  { gsub(/\r/, "") }
+  state == 0 {
+    if (index($0, "HVSTOR-GUEST-READY")) { state = 1; system("date +%s.%N > " dir "/ready") }
+    next
+  }
+  state == 1 {
+    if (match($0, /HVSTOR-EXIT-STATUS=[0-9]+$/)) {
+      if (RSTART > 1) { print substr($0, 1, RSTART - 1); fflush() }
+      print substr($0, RSTART + 19) > (dir "/status"); close(dir "/status")
+      state = 2; next
+    }
+    print; fflush()
+  }
+'
+
+log "booting $(basename "$KERNEL") ($VCPUS vCPUs, $MEM, timeout ${TIMEOUT}s)"
+start=$(date +%s.%N)
+timeout -k 10 "$TIMEOUT" "$QEMU" "${QARGS[@]}" "${EXTRA[@]}" </dev/null >"$RUN_DIR/qemu.out" 2>&1 &
+QPID=$!
+# tail reads the file once more after QEMU is gone, so nothing at the end is lost.
+tail -n +1 -f --pid="$QPID" -s 0.2 "$CONSOLE" 2>/dev/null | awk -v dir="$RUN_DIR" "$FILTER" &
+TPID=$!
+rc=0
+wait "$QPID" || rc=$?
+QPID=''
+wait "$TPID" || true
+end=$(date +%s.%N)
+
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+fail() {
+  local code=$1; shift
+  printf '[hvstor] error: %s\n' "$*" >&2
+  if [ -s "$RUN_DIR/qemu.out" ]; then
+    printf -- '--- QEMU output ---\n' >&2
+    tail -n 20 "$RUN_DIR/qemu.out" >&2
+  fi
+  printf -- '--- last 60 lines of the guest console ---\n' >&2
+  if [ -s "$CONSOLE" ]; then tail -n 60 "$CONSOLE" | tr -d '\r' >&2; else echo '(empty)' >&2; fi
+  printf -- '---\n' >&2
+  if [ -z "$LOG" ]; then
+    cp "$CONSOLE" "$HVSTOR_CACHE/boot-failed-console.log"
+    printf '[hvstor] full console log: %s\n' "$HVSTOR_CACHE/boot-failed-console.log" >&2
+  else
+    printf '[hvstor] full console log: %s\n' "$LOG" >&2
+  fi
+  exit "$code"
+}
+
+if [ -s "$RUN_DIR/status" ]; then
+  status=$(cat "$RUN_DIR/status")
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    log "warning: the guest reported its status but did not power off before the timeout"
+  fi
+  log "guest ready after $(elapsed "$start" "$(cat "$RUN_DIR/ready")")s, command exited with status $status, total $(elapsed "$start" "$end")s"
+  if [ -s "$RUN_DIR/qemu.out" ] && [ "${HVSTOR_BOOT_QUIET:-0}" != 1 ]; then
+    sed 's/^/[qemu] /' "$RUN_DIR/qemu.out" >&2
+  fi
+  exit "$status"
+fi
+
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  if [ -s "$RUN_DIR/ready" ]; then
+    fail 124 "timed out after ${TIMEOUT}s: the guest command did not finish"
+  fi
+  fail 124 "timed out after ${TIMEOUT}s before the guest was ready"
+fi
+if grep -q 'Kernel panic' "$CONSOLE"; then
+  fail 125 "the guest kernel panicked (QEMU exit status $rc)"
+fi
+if [ -s "$RUN_DIR/ready" ]; then
+  fail 125 "QEMU exited (status $rc) while the guest command ran, without its exit status"
+fi
+fail 125 "QEMU exited (status $rc) before the guest was ready"

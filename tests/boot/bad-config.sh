@@ -1,0 +1,15 @@
+# Bad device settings are refused at startup with a clear message, not a crash.
+. "$(dirname "$0")/../boot-lib.sh"
+expect_refusal() { # message regex, qemu args...
+  local re=$1; shift
+  local out rc=0
+  out=$(timeout 60 "$QEMU" -machine q35 -accel tcg -nodefaults -nographic -display none \
+        -L /usr/share/seabios -L /usr/share/qemu "$@" 2>&1 </dev/null) || rc=$?
+  if [ "$rc" = 1 ] && grep -q -E -- "$re" <<<"$out"; then echo "  ok: refused: $re"
+  else echo "  NOT OK: expected exit 1 and '$re', got rc=$rc: $out"; fails=$((fails + 1)); fi
+}
+expect_refusal "vmbus-version '9.9' is not one of" -device hv-vmbus-bridge,vmbus-version=9.9
+expect_refusal "hypercall-port must be" -device hv-vmbus-bridge,hypercall-port=0
+expect_refusal "only one hv-vmbus-bridge" -device hv-vmbus-bridge -device hv-vmbus-bridge
+expect_refusal "instance.* doesn.t take value" -device hv-storvsc,instance=not-a-uuid
+finish

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Everything `./hvstor test` runs: unit tests (ASan + UBSan), then boot tests against
+# stock Debian kernels under our QEMU. Ends with "N passed, M failed".
+set -uo pipefail
+. "$(dirname "$0")/../scripts/lib.sh"
+
+bash "$HVSTOR_ROOT/scripts/setup-host.sh" || die "host setup failed"
+
+passed=0 failed=0 failures=()
+record() { # name rc
+  if [ "$2" = 0 ]; then passed=$((passed + 1)); log "PASS $1"
+  else failed=$((failed + 1)); failures+=("$1"); log "FAIL $1"; fi
+}
+
+# Unit tests, sanitized. UBSan findings abort so that they fail the run.
+UNIT=$HVSTOR_CACHE/build-asan
+if [ ! -f "$UNIT/build.ninja" ]; then
+  meson setup "$UNIT" "$HVSTOR_ROOT" -Db_sanitize=address,undefined -Db_lundef=false \
+    >"$HVSTOR_CACHE/asan-setup.log" 2>&1 || { tail -n 30 "$HVSTOR_CACHE/asan-setup.log"; die "meson setup failed"; }
+fi
+run_logged "building unit tests (ASan/UBSan)" "$HVSTOR_CACHE/asan-build.log" ninja -C "$UNIT"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  "$UNIT/tests/unit-tests" --gtest_brief=1 2>&1 | tail -n 25
+rc=${PIPESTATUS[0]}
+record "unit tests (gtest, ASan/UBSan)" "$rc"
+
+QEMU=$(bash "$HVSTOR_ROOT/scripts/build-qemu.sh" | tail -n 1) || die "QEMU build failed"
+export QEMU
+for t in "$HVSTOR_ROOT"/tests/boot/*.sh; do
+  name="boot: $(basename "$t" .sh)"
+  log "running $name"
+  bash "$t"
+  record "$name" $?
+done
+
+echo
+if [ "$failed" -gt 0 ]; then
+  printf 'failed: %s\n' "${failures[@]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
