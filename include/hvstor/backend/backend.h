@@ -1,0 +1,72 @@
+// Block backends: where a disk's bytes live. Asynchronous, batch-friendly, and each
+// request completes exactly once through the backend's CompletionSink.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace hvstor::backend {
+
+enum class Op : uint8_t {
+    Read,
+    Write,
+    Flush,        // everything completed before it is on stable storage
+    Discard,      // the range may read back as anything (zeros for RAM/null/file holes)
+    WriteZeroes,  // the range reads back as zeros
+};
+
+class CompletionSink;
+
+struct Request {
+    Op op = Op::Read;
+    bool fua = false;        // Write: on stable storage before completion
+    uint64_t offset = 0;     // bytes, a multiple of block_size()
+    uint64_t length = 0;     // bytes, a multiple of block_size()
+    const iovec* iov = nullptr; // Read/Write: host buffers (guest memory), `length` bytes total
+    uint32_t iovcnt = 0;
+    CompletionSink* done = nullptr; // told when the request completes
+    void* opaque = nullptr;  // the submitter's
+    int result = 0;          // set before completion: 0 or -errno
+};
+
+class CompletionSink {
+public:
+    virtual ~CompletionSink() = default;
+    // Called exactly once per submitted request, from any thread (possibly the submitting
+    // one, before submit() returns). The request memory belongs to the submitter.
+    virtual void complete(Request* req) = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual uint64_t size() const = 0;         // bytes
+    virtual uint32_t block_size() const = 0;   // logical block size (512)
+    virtual bool read_only() const = 0;
+    virtual std::string describe() const = 0;  // "file:/path (O_DIRECT)", "ram:1G", ...
+
+    // Starts all requests. Thread-safe: several channels submit concurrently. Requests
+    // out of range or not block aligned complete with -EINVAL; writes to a read-only
+    // backend with -EROFS.
+    virtual void submit(std::span<Request* const> reqs) = 0;
+
+    // Returns once every submitted request has completed.
+    virtual void drain() = 0;
+};
+
+struct FileOptions {
+    bool read_only = false;
+    bool direct = true;  // O_DIRECT when the file system allows it (falls back otherwise)
+};
+
+// Each returns nullptr with a message in `err` on failure.
+std::unique_ptr<Backend> open_file(const std::string& path, const FileOptions& opts, std::string& err);
+std::unique_ptr<Backend> make_ram(uint64_t size, std::string& err);
+// Reads return zeros, writes are dropped: for performance work. Any size.
+std::unique_ptr<Backend> make_null(uint64_t size, std::string& err);
+
+} // namespace hvstor::backend

@@ -1,0 +1,106 @@
+// SCSI disk target with a Hyper-V identity (vendor "Msft", product "Virtual Disk"),
+// over a block backend. The storage protocol hands it CDBs and guest buffers.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "hvstor/backend/backend.h"
+
+namespace hvstor::scsi {
+
+enum class Dir : uint8_t { None, ToDevice, FromDevice };
+
+// SAM status codes.
+constexpr uint8_t kStatusGood = 0x00;
+constexpr uint8_t kStatusCheckCondition = 0x02;
+constexpr uint8_t kStatusBusy = 0x08;
+
+// Sense keys used here.
+constexpr uint8_t kSenseNoSense = 0x0, kSenseNotReady = 0x2, kSenseMediumError = 0x3,
+                  kSenseHardwareError = 0x4, kSenseIllegalRequest = 0x5, kSenseUnitAttention = 0x6,
+                  kSenseDataProtect = 0x7, kSenseAbortedCommand = 0xB;
+
+struct Command {
+    // In.
+    std::array<uint8_t, 16> cdb{};
+    uint8_t cdb_len = 0;
+    Dir dir = Dir::None;
+    const iovec* iov = nullptr;  // the guest's buffer, xfer_len bytes in total
+    uint32_t iovcnt = 0;
+    uint32_t xfer_len = 0;
+    void* opaque = nullptr;      // the submitter's
+
+    // Out, valid in command_done().
+    uint8_t status = kStatusGood;
+    std::array<uint8_t, 18> sense{}; // fixed-format sense data when CHECK CONDITION
+    uint8_t sense_len = 0;
+    uint32_t data_transferred = 0;   // bytes actually moved (less than xfer_len = short)
+
+    // The disk's own, for one backend request per command (no allocation per I/O).
+    backend::Request be_req;
+};
+
+class CommandSink {
+public:
+    virtual ~CommandSink() = default;
+    // Exactly once per submitted command, from any thread.
+    virtual void command_done(Command* cmd) = 0;
+};
+
+struct DiskConfig {
+    std::string vendor = "Msft";           // 8 chars, padded
+    std::string product = "Virtual Disk";  // 16 chars, padded
+    std::string revision = "1.0";          // 4 chars, padded
+    std::string serial;                    // VPD 0x80 when set
+    uint64_t naa_id = 0;                   // VPD 0x83 NAA designator (0: derived from serial)
+    uint32_t max_transfer_bytes = 256 * 1024; // Block Limits VPD; larger commands are refused
+};
+
+struct DiskStats {
+    std::atomic<uint64_t> reads{0}, writes{0}, flushes{0}, other{0};
+    std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+    std::atomic<uint64_t> errors{0};  // commands ending in CHECK CONDITION
+};
+
+class Disk : private backend::CompletionSink {
+public:
+    Disk(backend::Backend& be, const DiskConfig& cfg, CommandSink& sink);
+
+    // Starts commands; each completes exactly once through the CommandSink. Thread-safe.
+    // Reads and writes of one batch reach the backend in one submit() call.
+    void submit(std::span<Command* const> cmds);
+    void submit(Command* cmd) { submit(std::span<Command* const>(&cmd, 1)); }
+
+    const DiskStats& stats() const { return stats_; }
+    uint64_t blocks() const;
+
+private:
+    void complete(backend::Request* req) override; // backend requests this disk issued
+
+    backend::Backend& be_;
+    DiskConfig cfg_;
+    CommandSink& sink_;
+    DiskStats stats_;
+};
+
+// Helpers for the controller: answers for a LUN with no disk behind it (INQUIRY gets
+// peripheral qualifier 3 data, 0x7F, as the guest expects; everything else CHECK CONDITION
+// ILLEGAL REQUEST / LOGICAL UNIT NOT SUPPORTED), and REPORT LUNS from the controller's
+// LUN list. Both complete synchronously (they fill the Command's out fields and return).
+void answer_absent_lun(Command& cmd);
+void answer_report_luns(Command& cmd, std::span<const uint16_t> luns);
+
+// Fills fixed-format sense (18 bytes) and CHECK CONDITION.
+void set_sense(Command& cmd, uint8_t key, uint8_t asc, uint8_t ascq);
+
+// Copies between a flat buffer and an iovec list; returns bytes copied.
+size_t copy_to_iov(const iovec* iov, uint32_t iovcnt, const void* src, size_t len);
+size_t copy_from_iov(const iovec* iov, uint32_t iovcnt, void* dst, size_t len);
+
+} // namespace hvstor::scsi
