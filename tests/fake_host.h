@@ -43,6 +43,12 @@ public:
         std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(ram_.data() + gpa)).fetch_or(mask);
         return true;
     }
+    void* map(uint64_t gpa, size_t len, bool /*writable*/) override {
+        if (len == 0 || len > 4096 || (gpa & 4095) + len > 4096 || !valid(gpa, len)) return nullptr;
+        maps++;
+        return ram_.data() + gpa;
+    }
+    void unmap(void* /*ptr*/, size_t /*len*/, bool /*written*/) override { unmaps++; }
     void raise_vector(uint32_t vp, uint8_t vector) override {
         std::lock_guard lock(mu_);
         irqs.push_back({vp, vector});
@@ -57,6 +63,7 @@ public:
     template <typename T> void store(uint64_t gpa, const T& v) { std::memcpy(ram_.data() + gpa, &v, sizeof v); }
 
     std::vector<Irq> irqs;
+    std::atomic<uint64_t> maps{0}, unmaps{0};
 
 private:
     std::mutex mu_;

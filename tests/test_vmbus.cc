@@ -24,6 +24,8 @@ public:
     }
     void on_close(uint32_t) override { closes++; }
     void on_guest_signal(uint32_t) override { signals++; }
+    void on_target_vp(uint32_t, uint32_t vp) override { target = vp; }
+    uint32_t target = 0;
     uint32_t status = kStatusSuccess;
     int opens = 0, closes = 0, signals = 0;
     uint32_t ring_pages = 0;
@@ -314,6 +316,7 @@ TEST_F(VmbusTest, OpenCloseSignalWithDevice) {
     m.target_vp = 2;
     g.post(0, 1, m);
     EXPECT_EQ(g.take_as<ModifyChannelResponse>(0).status, kStatusSuccess);
+    EXPECT_EQ(dev.target, 2u);
 
     CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
     c.child_relid = 1;

@@ -4,10 +4,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <memory>
 #include <string>
 
+#include "hvstor/backend/backend.h"
 #include "hvstor/hyperv/partition.h"
+#include "hvstor/scsi/disk.h"
+#include "hvstor/storvsp/controller.h"
 #include "hvstor/vmbus/server.h"
 
 namespace {
@@ -20,6 +24,8 @@ public:
         return ops_.write_gpa(ops_.opaque, gpa, src, len);
     }
     bool atomic_or_u32(uint64_t gpa, uint32_t mask) override { return ops_.atomic_or_u32(ops_.opaque, gpa, mask); }
+    void* map(uint64_t gpa, size_t len, bool writable) override { return ops_.map(ops_.opaque, gpa, len, writable); }
+    void unmap(void* ptr, size_t len, bool written) override { ops_.unmap(ops_.opaque, ptr, len, written); }
     void raise_vector(uint32_t vp, uint8_t vector) override { ops_.raise_vector(ops_.opaque, vp, vector); }
 
 private:
@@ -53,6 +59,17 @@ struct HvstorVmbus {
     }
 };
 
+struct HvstorController {
+    std::unique_ptr<hvstor::storvsp::Controller> ctl;
+};
+
+struct HvstorDisk {
+    hvstor::storvsp::Controller* ctl = nullptr;
+    uint8_t lun = 0;
+    std::unique_ptr<hvstor::backend::Backend> backend;
+    std::unique_ptr<hvstor::scsi::Disk> disk;
+};
+
 extern "C" {
 
 bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
@@ -72,7 +89,8 @@ bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
 HvstorVmbus* hvstor_vmbus_new(const HvstorHostOps* ops, uint32_t nr_vps, uint16_t port, uint32_t max_version,
                               char** err) {
     try {
-        if (!ops || !ops->read_gpa || !ops->write_gpa || !ops->atomic_or_u32 || !ops->raise_vector)
+        if (!ops || !ops->read_gpa || !ops->write_gpa || !ops->atomic_or_u32 || !ops->raise_vector ||
+            !ops->map || !ops->unmap)
             throw std::invalid_argument("incomplete host operations");
         if (nr_vps == 0 || nr_vps > 4096) throw std::invalid_argument("vCPU count must be 1..4096");
         return new HvstorVmbus(*ops, nr_vps, port, max_version);
@@ -115,16 +133,80 @@ uint64_t hvstor_hypercall(HvstorVmbus* vb, uint32_t vp, uint64_t control, uint64
     }
 }
 
-uint32_t hvstor_vmbus_add_scsi_controller(HvstorVmbus* vb, const uint8_t instance[16]) {
+HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[16],
+                                        const HvstorControllerConfig* cfg, char** err) {
     try {
-        hvstor::vmbus::OfferInfo info;
-        info.type = hvstor::vmbus::kScsiControllerType;
-        std::memcpy(info.instance.bytes.data(), instance, 16);
-        return vb->server.add_offer(info);
-    } catch (const std::exception&) {
-        return 0;
+        hvstor::storvsp::ControllerConfig cc;
+        cc.max_subchannels = cfg->max_subchannels;
+        cc.max_transfer_bytes = cfg->max_transfer_bytes;
+        cc.max_outstanding_per_channel = cfg->max_outstanding;
+        if (cc.max_transfer_bytes < 4096 || cc.max_transfer_bytes > 8 * 1024 * 1024 ||
+            cc.max_transfer_bytes % 4096)
+            throw std::invalid_argument("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
+        if (cc.max_outstanding_per_channel < 1 || cc.max_outstanding_per_channel > 4096)
+            throw std::invalid_argument("outstanding limit must be 1..4096");
+        if (cc.max_subchannels > 256) throw std::invalid_argument("at most 256 subchannels");
+        hvstor::vmbus::Guid g;
+        std::memcpy(g.bytes.data(), instance, 16);
+        auto c = std::make_unique<HvstorController>();
+        c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->partition.synic(), vb->server, g, cc);
+        std::string e;
+        if (!c->ctl->start(e)) throw std::runtime_error(e);
+        return c.release();
+    } catch (const std::exception& e) {
+        if (err) *err = dup_message(e.what());
+        return nullptr;
     }
 }
+
+void hvstor_controller_free(HvstorController* c) { delete c; }
+
+void hvstor_controller_stats(HvstorController* c, HvstorControllerStats* out) {
+    const auto& s = c->ctl->stats();
+    *out = HvstorControllerStats{s.srbs.load(), s.srb_errors.load(), s.bad_packets.load(),
+                                 s.subchannels_offered.load(), c->ctl->open_channels()};
+}
+
+HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, char** err) {
+    try {
+        std::string e, kind = cfg->backend ? cfg->backend : "";
+        std::unique_ptr<hvstor::backend::Backend> be;
+        if (kind == "file") {
+            if (!cfg->path || !*cfg->path) throw std::invalid_argument("backend=file needs file=PATH");
+            hvstor::backend::FileOptions fo;
+            fo.read_only = cfg->read_only;
+            fo.direct = cfg->direct;
+            be = hvstor::backend::open_file(cfg->path, fo, e);
+        } else if (kind == "ram" || kind == "null") {
+            if (cfg->size == 0 || cfg->size % 512) throw std::invalid_argument("size must be a non-zero multiple of 512");
+            be = kind == "ram" ? hvstor::backend::make_ram(cfg->size, e) : hvstor::backend::make_null(cfg->size, e);
+        } else {
+            throw std::invalid_argument("backend must be file, ram or null, not '" + kind + "'");
+        }
+        if (!be) throw std::runtime_error(e);
+        auto d = std::make_unique<HvstorDisk>();
+        d->ctl = c->ctl.get();
+        d->lun = cfg->lun;
+        d->backend = std::move(be);
+        hvstor::scsi::DiskConfig dc;
+        if (cfg->serial) dc.serial = cfg->serial;
+        dc.max_transfer_bytes = c->ctl->config().max_transfer_bytes;
+        d->disk = std::make_unique<hvstor::scsi::Disk>(*d->backend, dc, *c->ctl);
+        if (!c->ctl->attach(cfg->lun, d->disk.get(), e)) throw std::invalid_argument(e);
+        return d.release();
+    } catch (const std::exception& e) {
+        if (err) *err = dup_message(e.what());
+        return nullptr;
+    }
+}
+
+void hvstor_disk_free(HvstorDisk* d) {
+    d->ctl->detach(d->lun);
+    d->backend->drain();
+    delete d;
+}
+
+uint64_t hvstor_disk_size(HvstorDisk* d) { return d->backend->size(); }
 
 void hvstor_vmbus_stats(HvstorVmbus* vb, HvstorStats* out) {
     auto p = vb->partition.stats();

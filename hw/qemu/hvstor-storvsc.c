@@ -1,7 +1,11 @@
 /*
- * hv-storvsc: a Hyper-V synthetic SCSI controller on the emulated VMBus.
- * The controller offers its primary channel on VMBus; the storage protocol
- * behind it lives in the C++ core.
+ * hv-storvsc: a Hyper-V synthetic SCSI controller on the emulated VMBus, and
+ * hv-disk: a SCSI disk on one of its LUNs. The storage protocol, the SCSI
+ * target and the backends live in the C++ core (include/hvstor/capi.h).
+ *
+ *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES]
+ *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
+ *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -9,18 +13,46 @@
 #include "qemu/module.h"
 #include "qemu/uuid.h"
 #include "qapi/error.h"
+#include "hw/boards.h"
+#include "hw/isa/isa.h"
 #include "hw/qdev-core.h"
 #include "hw/qdev-properties.h"
 #include "hw/qdev-properties-system.h"
 #include "hvstor-vmbus.h"
 
 #define TYPE_HV_STORVSC "hv-storvsc"
+#define TYPE_HV_SCSI_BUS "hv-scsi-bus"
+#define TYPE_HV_DISK "hv-disk"
 OBJECT_DECLARE_SIMPLE_TYPE(HvStorvsc, HV_STORVSC)
+OBJECT_DECLARE_SIMPLE_TYPE(HvDisk, HV_DISK)
 
+/* "max-subchannels" left at this means one channel per vCPU (see realize). */
+#define HV_STORVSC_SUBCHANNELS_AUTO 0xFFFF
+
+/*
+ * The controller sits on the ISA bus only so that QEMU finds its disk bus
+ * ("<id>.0") when -device hv-disk,bus=... is parsed; it has no ISA resources.
+ */
 struct HvStorvsc {
-    DeviceState parent_obj;
+    ISADevice parent_obj;
+    BusState bus;
     QemuUUID instance;
-    uint32_t relid;
+    uint16_t max_subchannels;
+    uint32_t max_transfer;
+    uint32_t max_outstanding;
+    HvstorController *ctl;
+};
+
+struct HvDisk {
+    DeviceState parent_obj;
+    uint8_t lun;
+    char *backend;
+    char *file;
+    uint64_t size;
+    bool readonly;
+    bool direct;
+    char *serial;
+    HvstorDisk *disk;
 };
 
 static unsigned controller_count;
@@ -29,8 +61,11 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
 {
     HvStorvsc *s = HV_STORVSC(dev);
     HvstorVmbus *vb = hv_vmbus_bridge_get(errp);
+    MachineState *ms = MACHINE(qdev_get_machine());
+    HvstorControllerConfig cfg;
     uint8_t wire[16];
     QemuUUID le;
+    char *err = NULL;
 
     if (!vb) {
         return;
@@ -44,14 +79,32 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     /* VMBus carries GUIDs with the first three fields little-endian. */
     le = qemu_uuid_bswap(s->instance);
     memcpy(wire, le.data, 16);
-    s->relid = hvstor_vmbus_add_scsi_controller(vb, wire);
-    if (!s->relid) {
-        error_setg(errp, "hv-storvsc: no VMBus channel id left");
+
+    /*
+     * By default every vCPU may have its own channel: storvsc asks for
+     * min(CPUs - 1, offered) subchannels and sends from a CPU's own channel, so
+     * queueing per channel is what a guest on a large Azure VM sees.
+     */
+    cfg.max_subchannels = s->max_subchannels == HV_STORVSC_SUBCHANNELS_AUTO
+                              ? MIN(ms->smp.cpus - 1, 64)
+                              : s->max_subchannels;
+    cfg.max_transfer_bytes = s->max_transfer;
+    cfg.max_outstanding = s->max_outstanding;
+    s->ctl = hvstor_controller_new(vb, wire, &cfg, &err);
+    if (!s->ctl) {
+        error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
+        free(err);
+        return;
     }
+    qbus_init(&s->bus, sizeof(s->bus), TYPE_HV_SCSI_BUS, dev, NULL);
 }
 
 static const Property hv_storvsc_props[] = {
     DEFINE_PROP_UUID_NODEFAULT("instance", HvStorvsc, instance),
+    DEFINE_PROP_UINT16("max-subchannels", HvStorvsc, max_subchannels,
+                       HV_STORVSC_SUBCHANNELS_AUTO),
+    DEFINE_PROP_UINT32("max-transfer", HvStorvsc, max_transfer, 256 * 1024),
+    DEFINE_PROP_UINT32("outstanding", HvStorvsc, max_outstanding, 256),
 };
 
 static void hv_storvsc_class_init(ObjectClass *klass, void *data)
@@ -66,16 +119,73 @@ static void hv_storvsc_class_init(ObjectClass *klass, void *data)
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
 }
 
-static const TypeInfo hv_storvsc_info = {
-    .name = TYPE_HV_STORVSC,
-    .parent = TYPE_DEVICE,
-    .instance_size = sizeof(HvStorvsc),
-    .class_init = hv_storvsc_class_init,
-};
-
-static void hv_storvsc_register_types(void)
+static void hv_disk_realize(DeviceState *dev, Error **errp)
 {
-    type_register_static(&hv_storvsc_info);
+    HvDisk *d = HV_DISK(dev);
+    HvStorvsc *ctl = HV_STORVSC(qdev_get_parent_bus(dev)->parent);
+    HvstorDiskConfig cfg = {
+        .backend = d->backend ? d->backend : (d->file ? "file" : NULL),
+        .path = d->file,
+        .size = d->size,
+        .read_only = d->readonly,
+        .direct = d->direct,
+        .serial = d->serial,
+        .lun = d->lun,
+    };
+    char *err = NULL;
+
+    if (!cfg.backend) {
+        error_setg(errp, "hv-disk: give file=PATH, or backend=ram|null with size=");
+        return;
+    }
+    d->disk = hvstor_disk_new(ctl->ctl, &cfg, &err);
+    if (!d->disk) {
+        error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
+        free(err);
+    }
 }
 
-type_init(hv_storvsc_register_types)
+static const Property hv_disk_props[] = {
+    DEFINE_PROP_UINT8("lun", HvDisk, lun, 0),
+    DEFINE_PROP_STRING("backend", HvDisk, backend),
+    DEFINE_PROP_STRING("file", HvDisk, file),
+    DEFINE_PROP_SIZE("size", HvDisk, size, 0),
+    DEFINE_PROP_BOOL("readonly", HvDisk, readonly, false),
+    DEFINE_PROP_BOOL("direct", HvDisk, direct, true),
+    DEFINE_PROP_STRING("serial", HvDisk, serial),
+};
+
+static void hv_disk_class_init(ObjectClass *klass, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(klass);
+
+    dc->realize = hv_disk_realize;
+    dc->bus_type = TYPE_HV_SCSI_BUS;
+    dc->desc = "SCSI disk on an hv-storvsc controller";
+    dc->user_creatable = true;
+    dc->hotpluggable = false;
+    device_class_set_props(dc, hv_disk_props);
+    set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
+}
+
+static const TypeInfo hv_storvsc_types[] = {
+    {
+        .name = TYPE_HV_STORVSC,
+        .parent = TYPE_ISA_DEVICE,
+        .instance_size = sizeof(HvStorvsc),
+        .class_init = hv_storvsc_class_init,
+    },
+    {
+        .name = TYPE_HV_SCSI_BUS,
+        .parent = TYPE_BUS,
+        .instance_size = sizeof(BusState),
+    },
+    {
+        .name = TYPE_HV_DISK,
+        .parent = TYPE_DEVICE,
+        .instance_size = sizeof(HvDisk),
+        .class_init = hv_disk_class_init,
+    },
+};
+
+DEFINE_TYPES(hv_storvsc_types)

@@ -33,6 +33,10 @@ struct HvVmbusBridge {
     char *vmbus_version;
     MemoryRegion io;
     HvstorVmbus *vb;
+    /* Vectors raised by device threads, delivered by a bottom half: 256 bits per VP. */
+    uint64_t *pending_vectors;
+    uint32_t nr_vps;
+    QEMUBH *raise_bh;
 };
 
 /* The one partition: CPUID and MSR hooks are machine-wide. */
@@ -64,29 +68,13 @@ static bool gpa_range_ok(uint64_t gpa, size_t len, bool is_write)
 
 static bool gpa_copy(uint64_t gpa, void *buf, size_t len, bool is_write)
 {
-    uint8_t *p = buf;
-
     RCU_READ_LOCK_GUARD();
     if (!gpa_range_ok(gpa, len, is_write)) {
         return false;
     }
-    while (len) {
-        hwaddr xlat, l = len;
-        MemoryRegion *mr = address_space_translate(&address_space_memory, gpa,
-                                                   &xlat, &l, is_write,
-                                                   MEMTXATTRS_UNSPECIFIED);
-        uint8_t *host = qemu_map_ram_ptr(mr->ram_block, xlat);
-        if (is_write) {
-            memcpy(host, p, l);
-            memory_region_set_dirty(mr, xlat, l);
-        } else {
-            memcpy(p, host, l);
-        }
-        gpa += l;
-        p += l;
-        len -= l;
-    }
-    return true;
+    /* QEMU's accessors keep dirty tracking and TCG's code invalidation right. */
+    return address_space_rw(&address_space_memory, gpa, MEMTXATTRS_UNSPECIFIED,
+                            buf, len, is_write) == MEMTX_OK;
 }
 
 static bool host_read_gpa(void *opaque, uint64_t gpa, void *dst, size_t len)
@@ -120,24 +108,81 @@ static bool host_atomic_or_u32(void *opaque, uint64_t gpa, uint32_t mask)
     return true;
 }
 
-/* A fixed, edge-triggered MSI to the VP's local APIC. */
-static void host_raise_vector(void *opaque, uint32_t vp, uint8_t vector)
+/*
+ * A page of guest RAM for direct access by device threads, pinned by a reference on
+ * its memory region until host_unmap().
+ */
+static void *host_map(void *opaque, uint64_t gpa, size_t len, bool writable)
+{
+    hwaddr xlat, l = len;
+    MemoryRegion *mr;
+
+    if (len == 0 || (gpa & 4095) + len > 4096) {
+        return NULL;
+    }
+    RCU_READ_LOCK_GUARD();
+    mr = address_space_translate(&address_space_memory, gpa, &xlat, &l, writable,
+                                 MEMTXATTRS_UNSPECIFIED);
+    if (!memory_region_is_ram(mr) || memory_region_is_ram_device(mr) ||
+        (writable && memory_region_is_rom(mr)) || l < len) {
+        return NULL;
+    }
+    memory_region_ref(mr);
+    return qemu_map_ram_ptr(mr->ram_block, xlat);
+}
+
+static void host_unmap(void *opaque, void *ptr, size_t len, bool written)
+{
+    /* Drops the reference, and marks the range dirty (invalidating TCG code) if written. */
+    address_space_unmap(&address_space_memory, ptr, len, written, written ? len : 0);
+}
+
+/* A fixed, edge-triggered MSI to the VP's local APIC. Needs the BQL. */
+static void send_vector(uint32_t vp, uint8_t vector)
 {
     CPUState *cs = qemu_get_cpu(vp);
-    bool locked = bql_locked();
 
-    if (!cs) {
+    if (cs) {
+        address_space_stl_le(&address_space_memory,
+                             0xFEE00000ULL | ((uint64_t)X86_CPU(cs)->apic_id << 12),
+                             vector, MEMTXATTRS_UNSPECIFIED, NULL);
+    }
+}
+
+static void raise_bh(void *opaque)
+{
+    HvVmbusBridge *s = opaque;
+
+    for (uint32_t vp = 0; vp < s->nr_vps; vp++) {
+        for (int w = 0; w < 4; w++) {
+            uint64_t bits = qatomic_xchg(&s->pending_vectors[vp * 4 + w], 0);
+            while (bits) {
+                int b = ctz64(bits);
+                bits &= bits - 1;
+                send_vector(vp, w * 64 + b);
+            }
+        }
+    }
+}
+
+/*
+ * vCPU threads hold the BQL and deliver at once. Device threads never wait for the
+ * BQL (a vCPU thread may hold it while waiting for them to stop a channel): they set
+ * the vector pending and a bottom half delivers it.
+ */
+static void host_raise_vector(void *opaque, uint32_t vp, uint8_t vector)
+{
+    HvVmbusBridge *s = opaque;
+
+    if (vp >= s->nr_vps) {
         return;
     }
-    if (!locked) {
-        bql_lock();
+    if (bql_locked()) {
+        send_vector(vp, vector);
+        return;
     }
-    address_space_stl_le(&address_space_memory,
-                         0xFEE00000ULL | ((uint64_t)X86_CPU(cs)->apic_id << 12),
-                         vector, MEMTXATTRS_UNSPECIFIED, NULL);
-    if (!locked) {
-        bql_unlock();
-    }
+    qatomic_or(&s->pending_vectors[vp * 4 + vector / 64], 1ULL << (vector % 64));
+    qemu_bh_schedule(s->raise_bh);
 }
 
 static void hook_cpuid(CPUX86State *env, uint32_t index, uint32_t count,
@@ -204,6 +249,8 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
         .read_gpa = host_read_gpa,
         .write_gpa = host_write_gpa,
         .atomic_or_u32 = host_atomic_or_u32,
+        .map = host_map,
+        .unmap = host_unmap,
         .raise_vector = host_raise_vector,
     };
     uint32_t version;
@@ -237,6 +284,9 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
         free(err);
         return;
     }
+    s->nr_vps = ms->smp.max_cpus;
+    s->pending_vectors = g_new0(uint64_t, (size_t)s->nr_vps * 4);
+    s->raise_bh = qemu_bh_new(raise_bh, s);
     memory_region_init_io(&s->io, OBJECT(dev), &hypercall_port_ops, s,
                           "hv-hypercall", 4);
     isa_register_ioport(ISA_DEVICE(dev), &s->io, s->hypercall_port);

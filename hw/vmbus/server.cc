@@ -36,15 +36,20 @@ uint32_t Server::add_offer(const OfferInfo& offer) {
     uint32_t relid;
     {
         std::lock_guard lock(mu_);
-        if (channels_.size() >= kMaxRelid) return 0;
+        // Reuse relids the guest released; otherwise the next one.
+        auto slot = std::find(channels_.begin(), channels_.end(), nullptr);
+        if (slot == channels_.end()) {
+            if (channels_.size() >= kMaxRelid) return 0;
+            slot = channels_.insert(channels_.end(), nullptr);
+        }
         auto ch = std::make_unique<Channel>();
         ch->info = offer;
-        ch->relid = relid = static_cast<uint32_t>(channels_.size() + 1);
+        ch->relid = relid = static_cast<uint32_t>(slot - channels_.begin() + 1);
         if (offers_requested_) {
             queue(out, make_offer(*ch));
             ch->offered = true;
         }
-        channels_.push_back(std::move(ch));
+        *slot = std::move(ch);
     }
     flush(out);
     return relid;
@@ -52,7 +57,46 @@ uint32_t Server::add_offer(const OfferInfo& offer) {
 
 Server::Channel* Server::find(uint32_t relid) {
     if (relid == 0 || relid > channels_.size()) return nullptr;
-    return channels_[relid - 1].get();
+    Channel* ch = channels_[relid - 1].get();
+    return ch && !ch->rescinded ? ch : nullptr;
+}
+
+bool Server::rescind(uint32_t relid) {
+    Outbox out;
+    {
+        std::lock_guard lock(mu_);
+        Channel* ch = find(relid);
+        if (!ch) return false;
+        close_locked(*ch);
+        if (version_ != 0 && ch->offered) {
+            RescindOffer r{};
+            r.hdr = header(MsgType::RescindChannelOffer);
+            r.child_relid = relid;
+            queue(out, r);
+            ch->rescinded = true; // the slot is freed by RELID_RELEASED
+        } else {
+            channels_[relid - 1].reset();
+        }
+    }
+    run_closes();
+    flush(out);
+    return true;
+}
+
+void Server::close_locked(Channel& ch) {
+    if (ch.open && ch.info.handler) closing_.push_back({ch.info.handler, ch.relid});
+    ch.open = false;
+}
+
+// Handlers stop their workers in on_close; never with our lock held, so a worker
+// blocked on it (offering subchannels, say) cannot deadlock the close.
+void Server::run_closes() {
+    std::vector<std::pair<ChannelHandler*, uint32_t>> todo;
+    {
+        std::lock_guard lock(mu_);
+        todo.swap(closing_);
+    }
+    for (auto& [h, relid] : todo) h->on_close(relid);
 }
 
 bool Server::connected() const {
@@ -77,7 +121,7 @@ size_t Server::gpadl_count() const {
 }
 bool Server::channel_open(uint32_t relid) const {
     std::lock_guard lock(mu_);
-    return relid && relid <= channels_.size() && channels_[relid - 1]->open;
+    return relid && relid <= channels_.size() && channels_[relid - 1] && channels_[relid - 1]->open;
 }
 ServerStats Server::stats() const {
     std::lock_guard lock(mu_);
@@ -85,15 +129,19 @@ ServerStats Server::stats() const {
 }
 
 void Server::reset() {
-    std::lock_guard lock(mu_);
-    drop_connection_locked();
+    {
+        std::lock_guard lock(mu_);
+        drop_connection_locked();
+    }
+    run_closes();
 }
 
 void Server::drop_connection_locked() {
     for (auto& ch : channels_) {
-        if (ch->open && ch->info.handler) ch->info.handler->on_close(ch->relid);
-        ch->open = false;
+        if (!ch) continue;
+        close_locked(*ch);
         ch->offered = false;
+        if (ch->rescinded) ch.reset(); // a new connection never hears of it
     }
     gpadls_.clear();
     version_ = 0;
@@ -127,6 +175,7 @@ Status Server::on_post_message(uint32_t /*vp*/, uint32_t connection_id, uint32_t
         stats_.messages_in++;
         st = handle_locked(connection_id, static_cast<MsgType>(hdr.msgtype), payload, out);
     }
+    run_closes();
     flush(out);
     return st;
 }
@@ -147,7 +196,7 @@ Status Server::handle_locked(uint32_t connection_id, MsgType type, std::span<con
     case MsgType::OpenChannel: open_channel(m, out); break;
     case MsgType::CloseChannel: close_channel(m); break;
     case MsgType::ModifyChannel: modify_channel(m, out); break;
-    case MsgType::RelidReleased: break;
+    case MsgType::RelidReleased: relid_released(m); break;
     case MsgType::Unload: unload(out); break;
     default: stats_.bad_messages++; break;
     }
@@ -201,6 +250,7 @@ OfferChannel Server::make_offer(const Channel& ch) const {
 
 void Server::request_offers(Outbox& out) {
     for (auto& ch : channels_) {
+        if (!ch || ch->rescinded) continue;
         queue(out, make_offer(*ch));
         ch->offered = true;
     }
@@ -329,7 +379,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
     } else if (!ch->info.handler) {
         r.status = kStatusNotSupported;
     } else {
-        OpenRequest o{req.child_relid, req.target_vp, req.downstream_ringbuffer_pageoffset, &g->second, {}};
+        OpenRequest o{req.child_relid, req.target_vp, sint_, req.downstream_ringbuffer_pageoffset, &g->second, {}};
         std::memcpy(o.user_data.data(), req.userdata, sizeof req.userdata);
         r.status = ch->info.handler->on_open(o);
         if (r.status == kStatusSuccess) {
@@ -347,8 +397,17 @@ void Server::close_channel(std::span<const uint8_t> m) {
         stats_.bad_messages++;
         return;
     }
-    if (ch->info.handler) ch->info.handler->on_close(ch->relid);
-    ch->open = false;
+    close_locked(*ch);
+}
+
+void Server::relid_released(std::span<const uint8_t> m) {
+    RelidReleased r;
+    if (!parse(m, r) || r.child_relid == 0 || r.child_relid > channels_.size() || !channels_[r.child_relid - 1] ||
+        !channels_[r.child_relid - 1]->rescinded) {
+        stats_.bad_messages++;
+        return;
+    }
+    channels_[r.child_relid - 1].reset();
 }
 
 void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
@@ -359,8 +418,12 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
     }
     Channel* ch = find(req.child_relid);
     const bool ok = ch && ch->open && req.target_vp < synic_.nr_vps();
-    if (ok) ch->target_vp = req.target_vp;
-    else stats_.bad_messages++;
+    if (ok) {
+        ch->target_vp = req.target_vp;
+        if (ch->info.handler) ch->info.handler->on_target_vp(ch->relid, req.target_vp);
+    } else {
+        stats_.bad_messages++;
+    }
     // Only 5.3 guests wait for an answer.
     if (version_ >= version::kV5_3) {
         ModifyChannelResponse r{};

@@ -19,6 +19,9 @@ typedef struct HvstorHostOps {
     bool (*read_gpa)(void *opaque, uint64_t gpa, void *dst, size_t len);
     bool (*write_gpa)(void *opaque, uint64_t gpa, const void *src, size_t len);
     bool (*atomic_or_u32)(void *opaque, uint64_t gpa, uint32_t mask);
+    /* Host pointer to [gpa, gpa + len) within one page of guest RAM, or NULL. */
+    void *(*map)(void *opaque, uint64_t gpa, size_t len, bool writable);
+    void (*unmap)(void *opaque, void *ptr, size_t len, bool written);
     void (*raise_vector)(void *opaque, uint32_t vp, uint8_t vector);
 } HvstorHostOps;
 
@@ -60,11 +63,46 @@ HvstorMsrResult hvstor_wrmsr(HvstorVmbus *vb, uint32_t vp, uint32_t msr, uint64_
 uint64_t hvstor_hypercall(HvstorVmbus *vb, uint32_t vp, uint64_t control,
                           uint64_t input, uint64_t output);
 
-/*
- * Offers a synthetic SCSI controller's primary channel with the given instance GUID
- * (16 bytes, wire order). Returns its child relid, 0 on failure.
- */
-uint32_t hvstor_vmbus_add_scsi_controller(HvstorVmbus *vb, const uint8_t instance[16]);
+/* A synthetic SCSI controller: offers its primary channel at creation. */
+typedef struct HvstorController HvstorController;
+
+typedef struct HvstorControllerConfig {
+    uint16_t max_subchannels;     /* subchannels the guest may ask for */
+    uint32_t max_transfer_bytes;  /* largest SRB data transfer */
+    uint32_t max_outstanding;     /* per channel, before back-pressure */
+} HvstorControllerConfig;
+
+/* instance: 16 bytes in VMBus wire order. NULL on failure, message in *err. */
+HvstorController *hvstor_controller_new(HvstorVmbus *vb, const uint8_t instance[16],
+                                        const HvstorControllerConfig *cfg, char **err);
+void hvstor_controller_free(HvstorController *c);
+
+typedef struct HvstorControllerStats {
+    uint64_t srbs;
+    uint64_t srb_errors;
+    uint64_t bad_packets;
+    uint64_t subchannels_offered;
+    uint32_t open_channels;
+} HvstorControllerStats;
+void hvstor_controller_stats(HvstorController *c, HvstorControllerStats *out);
+
+/* A SCSI disk on one LUN of a controller. */
+typedef struct HvstorDisk HvstorDisk;
+
+typedef struct HvstorDiskConfig {
+    const char *backend;  /* "file", "ram" or "null" */
+    const char *path;     /* file */
+    uint64_t size;        /* ram, null: bytes, a multiple of 512 */
+    bool read_only;
+    bool direct;          /* file: O_DIRECT where the file system allows it */
+    const char *serial;   /* may be NULL */
+    uint8_t lun;
+} HvstorDiskConfig;
+
+HvstorDisk *hvstor_disk_new(HvstorController *c, const HvstorDiskConfig *cfg, char **err);
+/* Detaches the disk and waits for its outstanding I/O. */
+void hvstor_disk_free(HvstorDisk *d);
+uint64_t hvstor_disk_size(HvstorDisk *d);
 
 void hvstor_vmbus_stats(HvstorVmbus *vb, HvstorStats *out);
 

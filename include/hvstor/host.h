@@ -23,8 +23,16 @@ public:
     // flags). Returns false if gpa is not aligned guest RAM.
     virtual bool atomic_or_u32(uint64_t gpa, uint32_t mask) = 0;
 
+    // Direct access to guest RAM for the zero-copy data path and the rings: a host
+    // pointer to [gpa, gpa + len), which must lie within one page. nullptr unless the whole
+    // range is guest RAM. The mapping stays valid (pinned against memory map changes)
+    // until unmap(); `written` marks the pages dirty for migration.
+    virtual void* map(uint64_t gpa, size_t len, bool writable) = 0;
+    virtual void unmap(void* ptr, size_t len, bool written) = 0;
+
     // Fixed-delivery interrupt with `vector` to virtual processor `vp`'s local APIC.
-    // May be called with no locks of the device model held only.
+    // Called with no lock of the device model held, from any thread; never blocks on the
+    // VMM's own locks when called from a device model thread.
     virtual void raise_vector(uint32_t vp, uint8_t vector) = 0;
 };
 

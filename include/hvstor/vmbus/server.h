@@ -30,6 +30,7 @@ struct Gpadl {
 struct OpenRequest {
     uint32_t child_relid;
     uint32_t target_vp;
+    uint8_t sint;  // where channel events go (the connection's message SINT)
     uint32_t downstream_page_offset;
     const Gpadl* ring;
     std::array<uint8_t, 120> user_data;
@@ -44,6 +45,8 @@ public:
     virtual void on_close(uint32_t child_relid) = 0;
     // The guest signalled the open channel (SIGNAL_EVENT on its connection id).
     virtual void on_guest_signal(uint32_t child_relid) = 0;
+    // MODIFYCHANNEL moved the channel's interrupts to another VP.
+    virtual void on_target_vp(uint32_t child_relid, uint32_t vp) = 0;
 };
 
 struct OfferInfo {
@@ -75,8 +78,12 @@ public:
     Server(hv::Synic& synic, const ServerConfig& cfg);
 
     // Registers a channel to offer at the next REQUESTOFFERS (or right away if the guest
-    // is already connected). Returns the child relid, 0 when all are in use.
+    // is already connected). Returns the child relid, 0 when all are in use. Never call
+    // it with a lock held that on_close() of any handler takes.
     uint32_t add_offer(const OfferInfo& offer);
+    // Withdraws an offer (closing the channel first if open). The relid is reused once
+    // the guest released it. False if there is no such offer.
+    bool rescind(uint32_t relid);
 
     hv::Status on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
                                std::span<const uint8_t> payload) override;
@@ -99,6 +106,7 @@ private:
         uint32_t relid = 0;
         bool offered = false;
         bool open = false;
+        bool rescinded = false; // waiting for RELID_RELEASED
         uint32_t target_vp = 0;
     };
     struct Outgoing {
@@ -127,6 +135,9 @@ private:
     void close_channel(std::span<const uint8_t> m);
     void modify_channel(std::span<const uint8_t> m, Outbox& out);
     void unload(Outbox& out);
+    void relid_released(std::span<const uint8_t> m);
+    void close_locked(Channel& ch);
+    void run_closes();
     void finish_gpadl(Gpadl& g, Outbox& out);
     void fail_gpadl(Gpadl& g, Outbox& out);
     void answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& out);
@@ -141,7 +152,8 @@ private:
     uint32_t target_vp_ = 0;
     uint8_t sint_ = kVmbusSint;
     bool offers_requested_ = false;
-    std::vector<std::unique_ptr<Channel>> channels_; // index = relid - 1
+    std::vector<std::unique_ptr<Channel>> channels_; // index = relid - 1; null = free
+    std::vector<std::pair<ChannelHandler*, uint32_t>> closing_;
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;
 };

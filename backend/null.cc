@@ -1,0 +1,50 @@
+// Null backend: no storage at all, for measuring everything above the data path.
+#include <cerrno>
+#include <cstring>
+
+#include "inflight.h"
+#include "validate.h"
+
+namespace hvstor::backend {
+namespace {
+
+constexpr uint32_t kBlock = 512;
+
+class NullBackend final : public Backend {
+public:
+    explicit NullBackend(uint64_t size) : size_(size) {}
+    ~NullBackend() override { drain(); }
+
+    uint64_t size() const override { return size_; }
+    uint32_t block_size() const override { return kBlock; }
+    bool read_only() const override { return false; }
+    std::string describe() const override { return "null:" + detail::size_text(size_); }
+
+    void submit(std::span<Request* const> reqs) override {
+        inflight_.add(reqs.size());
+        for (Request* req : reqs) {
+            int r = detail::validate(*req, size_, kBlock, false);
+            if (r == 0 && req->op == Op::Read) {
+                for (uint32_t i = 0; i < req->iovcnt; i++)
+                    std::memset(req->iov[i].iov_base, 0, req->iov[i].iov_len);
+            }
+            req->result = r;
+            req->done->complete(req);
+        }
+        inflight_.done(reqs.size());
+    }
+
+    void drain() override { inflight_.wait(); }
+
+private:
+    uint64_t size_;
+    detail::Inflight inflight_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> make_null(uint64_t size, std::string& /*err*/) {
+    return std::make_unique<NullBackend>(size);
+}
+
+} // namespace hvstor::backend

@@ -1,0 +1,113 @@
+// The Disk: batches commands into backend submissions and reports each completion once.
+#include <new>
+#include <vector>
+
+#include "target.h"
+
+namespace hvstor::scsi {
+
+namespace {
+
+enum class Kind { Read, Write, Flush, Other };
+
+Kind kind_of(uint8_t opcode) {
+    switch (opcode) {
+    case detail::op::kRead6:
+    case detail::op::kRead10:
+    case detail::op::kRead12:
+    case detail::op::kRead16:
+        return Kind::Read;
+    case detail::op::kWrite6:
+    case detail::op::kWrite10:
+    case detail::op::kWrite12:
+    case detail::op::kWrite16:
+        return Kind::Write;
+    case detail::op::kSyncCache10:
+    case detail::op::kSyncCache16:
+        return Kind::Flush;
+    default:
+        return Kind::Other;
+    }
+}
+
+void deliver(Command& cmd, DiskStats& stats, CommandSink& sink) {
+    const bool ok = cmd.status == kStatusGood;
+    switch (kind_of(cmd.cdb[0])) {
+    case Kind::Read:
+        stats.reads.fetch_add(1, std::memory_order_relaxed);
+        if (ok) stats.bytes_read.fetch_add(cmd.data_transferred, std::memory_order_relaxed);
+        break;
+    case Kind::Write:
+        stats.writes.fetch_add(1, std::memory_order_relaxed);
+        if (ok) stats.bytes_written.fetch_add(cmd.data_transferred, std::memory_order_relaxed);
+        break;
+    case Kind::Flush:
+        stats.flushes.fetch_add(1, std::memory_order_relaxed);
+        break;
+    case Kind::Other:
+        stats.other.fetch_add(1, std::memory_order_relaxed);
+        break;
+    }
+    if (cmd.status == kStatusCheckCondition) stats.errors.fetch_add(1, std::memory_order_relaxed);
+    sink.command_done(&cmd);
+}
+
+} // namespace
+
+Disk::Disk(backend::Backend& be, const DiskConfig& cfg, CommandSink& sink) : be_(be), cfg_(cfg), sink_(sink) {}
+
+uint64_t Disk::blocks() const { return be_.size() / be_.block_size(); }
+
+void Disk::submit(std::span<Command* const> cmds) {
+    const uint32_t bs = be_.block_size();
+    const detail::Target t{
+        .be = be_,
+        .cfg = cfg_,
+        .self = *this,
+        .blocks = be_.size() / bs,
+        .block_size = bs,
+        .read_only = be_.read_only(),
+        .max_transfer_blocks = cfg_.max_transfer_bytes / bs,
+    };
+    // Batches of the usual size stay on the stack. A larger one gets a list of its own, or,
+    // when memory is that short, goes to the backend in stack-sized pieces.
+    constexpr size_t kLocal = 64;
+    backend::Request* local[kLocal];
+    std::vector<backend::Request*> big;
+    backend::Request** batch = local;
+    size_t cap = kLocal;
+    if (cmds.size() > kLocal) {
+        try {
+            big.resize(cmds.size());
+            batch = big.data();
+            cap = big.size();
+        } catch (const std::bad_alloc&) {
+        }
+    }
+    size_t n = 0;
+    for (Command* cmd : cmds) {
+        switch (detail::start_command(*cmd, t)) {
+        case detail::Started::Answered:
+            deliver(*cmd, stats_, sink_);
+            break;
+        case detail::Started::Issued:
+            batch[n++] = &cmd->be_req;
+            if (n == cap) {
+                be_.submit(std::span<backend::Request* const>(batch, n));
+                n = 0;
+            }
+            break;
+        case detail::Started::Handed:
+            break;
+        }
+    }
+    if (n != 0) be_.submit(std::span<backend::Request* const>(batch, n));
+}
+
+void Disk::complete(backend::Request* req) {
+    auto* cmd = static_cast<Command*>(req->opaque);
+    detail::finish_command(*cmd, *req);
+    deliver(*cmd, stats_, sink_);
+}
+
+} // namespace hvstor::scsi

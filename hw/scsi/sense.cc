@@ -1,0 +1,52 @@
+// Sense data: autosense for failed commands, and REQUEST SENSE.
+#include "target.h"
+
+namespace hvstor::scsi {
+
+namespace {
+constexpr uint8_t kFixedCurrent = 0x70;
+constexpr uint8_t kDescriptorCurrent = 0x72;
+constexpr uint8_t kFixedLength = 18;
+} // namespace
+
+void set_sense(Command& cmd, uint8_t key, uint8_t asc, uint8_t ascq) {
+    cmd.sense.fill(0);
+    cmd.sense[0] = kFixedCurrent;
+    cmd.sense[2] = key & 0x0F;
+    cmd.sense[7] = kFixedLength - 8;  // additional sense length
+    cmd.sense[12] = asc;
+    cmd.sense[13] = ascq;
+    cmd.sense_len = kFixedLength;
+    cmd.status = kStatusCheckCondition;
+}
+
+namespace detail {
+
+void reply_sense_data(Command& cmd, uint8_t key, Asc asc) {
+    const uint8_t* cdb = cmd.cdb.data();
+    const bool descriptor = cdb[1] & 0x01;
+    const uint8_t alloc = cdb[4];
+    uint8_t data[kFixedLength] = {};
+    size_t len;
+    if (descriptor) {
+        data[0] = kDescriptorCurrent;
+        data[1] = key & 0x0F;
+        data[2] = asc.asc;
+        data[3] = asc.ascq;
+        len = 8;  // no descriptors follow
+    } else {
+        data[0] = kFixedCurrent;
+        data[2] = key & 0x0F;
+        data[7] = kFixedLength - 8;
+        data[12] = asc.asc;
+        data[13] = asc.ascq;
+        len = kFixedLength;
+    }
+    reply(cmd, data, len, alloc);
+}
+
+// Errors are reported by autosense with the failing command, so nothing is ever pending.
+void emulate_request_sense(Command& cmd) { reply_sense_data(cmd, kSenseNoSense, kNoAdditionalSense); }
+
+} // namespace detail
+} // namespace hvstor::scsi

@@ -1,0 +1,139 @@
+#include "hvstor/storvsp/controller.h"
+
+#include "stor_channel.h"
+
+namespace hvstor::storvsp {
+
+Controller::Controller(Host& host, hv::Synic& synic, vmbus::Server& server, const vmbus::Guid& instance,
+                       const ControllerConfig& cfg)
+    : host_(host), synic_(synic), server_(server), instance_(instance), cfg_(cfg) {
+    channels_.push_back(std::make_unique<StorChannel>(*this, 0));
+}
+
+Controller::~Controller() {
+    // The server keeps pointers to our channels until their offers are withdrawn.
+    std::vector<uint32_t> relids;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& c : channels_)
+            if (c->relid()) relids.push_back(c->relid());
+    }
+    for (uint32_t r : relids) server_.rescind(r);
+}
+
+bool Controller::start(std::string& err) {
+    vmbus::OfferInfo info;
+    info.type = vmbus::kScsiControllerType;
+    info.instance = instance_;
+    info.subchannel_index = 0;
+    info.handler = channels_[0].get();
+    primary_relid_ = server_.add_offer(info);
+    if (!primary_relid_) {
+        err = "no VMBus channel id left";
+        return false;
+    }
+    channels_[0]->set_relid(primary_relid_);
+    return true;
+}
+
+bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
+    if (lun >= kMaxLuns) {
+        err = "lun must be below " + std::to_string(kMaxLuns);
+        return false;
+    }
+    {
+        std::lock_guard lock(mu_);
+        if (luns_[lun]) {
+            err = "lun " + std::to_string(lun) + " is already in use";
+            return false;
+        }
+        luns_[lun] = disk;
+    }
+    channels_[0]->request_enumerate();
+    return true;
+}
+
+void Controller::detach(uint8_t lun) {
+    if (lun >= kMaxLuns) return;
+    {
+        std::lock_guard lock(mu_);
+        luns_[lun] = nullptr;
+    }
+    channels_[0]->request_enumerate();
+}
+
+scsi::Disk* Controller::lookup(uint8_t path, uint8_t target, uint8_t lun) {
+    if (path != 0 || target != 0 || lun >= kMaxLuns) return nullptr;
+    std::lock_guard lock(mu_);
+    return luns_[lun];
+}
+
+std::vector<uint16_t> Controller::luns() {
+    std::vector<uint16_t> out;
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < kMaxLuns; i++)
+        if (luns_[i]) out.push_back(static_cast<uint16_t>(i));
+    return out;
+}
+
+uint32_t Controller::open_channels() const {
+    std::lock_guard lock(mu_);
+    uint32_t n = 0;
+    for (auto& c : channels_) n += c->is_open();
+    return n;
+}
+
+uint16_t Controller::create_subchannels(uint16_t n) {
+    std::vector<StorChannel*> fresh;
+    {
+        std::lock_guard lock(mu_);
+        uint16_t have = 0;
+        for (size_t i = 1; i < channels_.size(); i++) have += channels_[i]->relid() != 0;
+        const uint16_t room = have < cfg_.max_subchannels ? uint16_t(cfg_.max_subchannels - have) : 0;
+        n = std::min(n, room);
+        // Channel objects are kept for the controller's life and reused: the server may
+        // still hold a pointer to one whose offer was just withdrawn.
+        for (size_t i = 1; i < channels_.size() && fresh.size() < n; i++)
+            if (!channels_[i]->relid()) fresh.push_back(channels_[i].get());
+        while (fresh.size() < n) {
+            channels_.push_back(std::make_unique<StorChannel>(*this, uint16_t(channels_.size())));
+            fresh.push_back(channels_.back().get());
+        }
+    }
+    uint16_t offered = 0;
+    for (StorChannel* c : fresh) {
+        vmbus::OfferInfo info;
+        info.type = vmbus::kScsiControllerType;
+        info.instance = instance_;
+        info.subchannel_index = c->index();
+        info.handler = c;
+        const uint32_t relid = server_.add_offer(info);
+        if (!relid) break;
+        c->set_relid(relid);
+        offered++;
+        stats_.subchannels_offered++;
+    }
+    return offered;
+}
+
+// Closing the primary withdraws the subchannels, as on Hyper-V; a new probe creates them
+// again.
+void Controller::primary_closed() {
+    std::vector<StorChannel*> subs;
+    {
+        std::lock_guard lock(mu_);
+        for (size_t i = 1; i < channels_.size(); i++)
+            if (channels_[i]->relid()) subs.push_back(channels_[i].get());
+    }
+    for (StorChannel* c : subs) {
+        server_.rescind(c->relid());
+        c->set_relid(0);
+    }
+}
+
+void Controller::command_done(scsi::Command* cmd) {
+    auto* ctx = static_cast<IoContext*>(cmd->opaque);
+    ctx->channel->done(ctx);
+}
+
+} // namespace hvstor::storvsp

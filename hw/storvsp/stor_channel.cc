@@ -1,0 +1,396 @@
+#include "stor_channel.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hvstor::storvsp {
+
+namespace {
+
+constexpr uint32_t kPage = 4096;
+// A completion: descriptor, a 64-byte vstor packet, trailer. The guest's incoming ring
+// takes packets of at most 80 bytes (descriptor + packet).
+const uint32_t kCompletionBytes = vmbus::OutgoingRing::packet_bytes(sizeof(VstorPacket));
+constexpr uint8_t kReportLuns = 0xA0;
+constexpr uint8_t kInquiry = 0x12;
+
+bool version_known(uint16_t v) { return v == kVersionWin8 || v == kVersionWin8_1 || v == kVersionWin10; }
+
+} // namespace
+
+StorChannel::StorChannel(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index) {
+    const uint32_t n = ctl_.cfg_.max_outstanding_per_channel;
+    const size_t max_pages = ctl_.cfg_.max_transfer_bytes / kPage + 1;
+    pool_.resize(n);
+    free_.reserve(n);
+    for (auto& c : pool_) {
+        c.channel = this;
+        c.pages.reserve(max_pages);
+        c.iov.reserve(max_pages);
+        c.cmd.opaque = &c;
+        free_.push_back(&c);
+    }
+    done_.reserve(n);
+    done_swap_.reserve(n);
+}
+
+StorChannel::~StorChannel() {
+    std::unique_ptr<vmbus::Channel> rt;
+    {
+        std::lock_guard lock(mu_);
+        rt = std::move(runtime_);
+    }
+    if (rt) rt->stop();
+}
+
+bool StorChannel::is_open() const {
+    std::lock_guard lock(mu_);
+    return runtime_ != nullptr;
+}
+
+void StorChannel::request_enumerate() {
+    std::lock_guard lock(mu_);
+    if (!runtime_) return; // the guest scans when it connects
+    enumerate_ = true;
+    runtime_->wake();
+}
+
+uint32_t StorChannel::on_open(const vmbus::OpenRequest& req) {
+    std::lock_guard lock(mu_);
+    if (runtime_) return vmbus::kStatusUnsuccessful;
+    state_ = InitState::Start;
+    std::string err;
+    runtime_ = vmbus::Channel::open(ctl_.host_, ctl_.synic_, req.sint, req, *this, err);
+    return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
+}
+
+void StorChannel::on_close(uint32_t) {
+    std::unique_ptr<vmbus::Channel> rt;
+    {
+        std::lock_guard lock(mu_);
+        rt = std::move(runtime_);
+    }
+    if (rt) rt->stop(); // waits for outstanding commands; takes no VMM lock
+    if (index_ == 0) {
+        ctl_.ready_ = false;
+        ctl_.primary_closed();
+    }
+}
+
+void StorChannel::on_guest_signal(uint32_t) {
+    std::lock_guard lock(mu_);
+    if (runtime_) runtime_->notify_guest_signal();
+}
+
+void StorChannel::on_target_vp(uint32_t, uint32_t vp) {
+    std::lock_guard lock(mu_);
+    if (runtime_) runtime_->set_target_vp(vp);
+}
+
+void StorChannel::done(IoContext* ctx) {
+    {
+        std::lock_guard lock(done_mu_);
+        done_.push_back(ctx);
+    }
+    done_cv_.notify_one();
+    std::lock_guard lock(mu_);
+    if (runtime_) runtime_->wake();
+}
+
+void StorChannel::on_wake(vmbus::Channel& ch) {
+    {
+        std::lock_guard lock(done_mu_);
+        done_swap_.swap(done_);
+    }
+    for (IoContext* ctx : done_swap_) complete(ch, ctx);
+    done_swap_.clear();
+    if (enumerate_ && ch.reserve_out(kCompletionBytes)) {
+        VstorPacket p{};
+        p.operation = static_cast<uint32_t>(Operation::EnumerateBus);
+        if (ch.send(vmbus::PacketType::DataInband, 0, 0,
+                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), sizeof p)))
+            enumerate_ = false;
+    }
+}
+
+bool StorChannel::can_accept(vmbus::Channel& ch) {
+    if (free_.empty()) return false;
+    // Never take a request whose completion might not fit: room for every completion
+    // still owed, plus this one.
+    return ch.reserve_out((outstanding_ + 1) * kCompletionBytes);
+}
+
+void StorChannel::on_stop(vmbus::Channel&) {
+    // Every command taken from the ring completes; wait for them, then let go of the
+    // guest's pages. The guest closed the channel, so nothing more is sent.
+    std::unique_lock lock(done_mu_);
+    done_cv_.wait(lock, [&] { return done_.size() == outstanding_; });
+    for (IoContext* ctx : done_) release(ctx);
+    done_.clear();
+    outstanding_ = 0;
+    state_ = InitState::Start;
+}
+
+void StorChannel::reply(vmbus::Channel& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len) {
+    // Space was reserved in can_accept().
+    ch.send(vmbus::PacketType::Completion, 0, trans_id,
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), len));
+}
+
+void StorChannel::on_packet(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) {
+    const uint32_t off = uint32_t(d.offset8) * 8;
+    const uint32_t avail = uint32_t(pkt.size()) - off;
+    VstorPacket p{};
+    if ((d.type != uint16_t(vmbus::PacketType::DataInband) &&
+         d.type != uint16_t(vmbus::PacketType::DataUsingGpaDirect)) ||
+        avail < kVstorPacketMin) {
+        // Not a storage request at all. Answer what can be answered, so a guest waiting
+        // on this transaction id is not left hanging.
+        ctl_.stats_.bad_packets++;
+        p.operation = static_cast<uint32_t>(Operation::CompleteIo);
+        p.status = kStatusInvalidParameter;
+        reply(ch, d.trans_id, p, sizeof p);
+        return;
+    }
+    const uint32_t len = std::min<uint32_t>(avail, sizeof p);
+    std::memcpy(&p, pkt.data() + off, len);
+    if (static_cast<Operation>(p.operation) == Operation::ExecuteSrb) execute_srb(ch, d, pkt, p, len);
+    else control(ch, d.trans_id, p, len);
+}
+
+void StorChannel::control(vmbus::Channel& ch, uint64_t trans_id, VstorPacket& p, uint32_t len) {
+    const auto op = static_cast<Operation>(p.operation);
+    uint32_t status = kStatusSuccess;
+    const bool primary = index_ == 0;
+    switch (op) {
+    case Operation::BeginInitialization:
+        if (primary) {
+            state_ = InitState::Initializing;
+            ctl_.ready_ = false;
+        } else {
+            status = kStatusInvalidDeviceState;
+        }
+        break;
+    case Operation::QueryProtocolVersion:
+        if (!primary || state_ == InitState::Start) status = kStatusInvalidDeviceState;
+        else if (!version_known(p.version.major_minor) || p.version.major_minor > ctl_.cfg_.max_protocol_version)
+            status = kStatusRevisionMismatch;
+        else state_ = InitState::VersionAgreed;
+        break;
+    case Operation::QueryProperties:
+        if (!primary || (state_ != InitState::VersionAgreed && state_ != InitState::Ready)) {
+            status = kStatusInvalidDeviceState;
+            break;
+        }
+        std::memset(p.raw, 0, sizeof p.raw);
+        p.properties.max_channel_count = ctl_.cfg_.max_subchannels;
+        p.properties.flags = ctl_.cfg_.max_subchannels ? kFlagMultiChannel : 0;
+        p.properties.max_transfer_bytes = ctl_.cfg_.max_transfer_bytes;
+        break;
+    case Operation::EndInitialization:
+        if (primary && (state_ == InitState::VersionAgreed || state_ == InitState::Ready)) {
+            state_ = InitState::Ready;
+            ctl_.ready_ = true;
+        } else {
+            status = kStatusInvalidDeviceState;
+        }
+        break;
+    case Operation::CreateSubChannels: {
+        const uint16_t n = p.sub_channel_count;
+        if (!primary || state_ != InitState::Ready) status = kStatusInvalidDeviceState;
+        else if (n == 0 || n > ctl_.cfg_.max_subchannels) status = kStatusInvalidParameter;
+        if (status != kStatusSuccess) break;
+        p.operation = static_cast<uint32_t>(Operation::CompleteIo);
+        p.status = kStatusSuccess;
+        reply(ch, trans_id, p, len);
+        // Offers go out after the answer; the guest installed its subchannel callback
+        // before asking.
+        ctl_.create_subchannels(n);
+        return;
+    }
+    case Operation::ResetLun:
+    case Operation::ResetBus:
+    case Operation::ResetAdapter:
+        // Requests already taken still complete normally.
+        break;
+    default:
+        status = kStatusInvalidDeviceRequest;
+        break;
+    }
+    if (status != kStatusSuccess) ctl_.stats_.bad_packets++;
+    p.operation = static_cast<uint32_t>(Operation::CompleteIo);
+    p.status = status;
+    reply(ch, trans_id, p, len);
+}
+
+bool StorChannel::map_buffer(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes) {
+    // GPA-direct layout after the descriptor: u32 reserved, u32 range count, then ranges
+    // of {u32 byte_count, u32 byte_offset, u64 pfn[]}, all before the payload.
+    constexpr uint32_t kHdr = sizeof(vmbus::PacketDescriptor);
+    if (payload_off < kHdr + 8 + 8) return false;
+    uint32_t nranges;
+    std::memcpy(&nranges, pkt.data() + kHdr + 4, 4);
+    if (nranges == 0) return false;
+    uint32_t pos = kHdr + 8;
+    uint32_t left = bytes;
+    for (uint32_t r = 0; r < nranges && left; r++) {
+        if (pos + 8 > payload_off) return false;
+        uint32_t count, offset;
+        std::memcpy(&count, pkt.data() + pos, 4);
+        std::memcpy(&offset, pkt.data() + pos + 4, 4);
+        pos += 8;
+        if (offset >= kPage) return false;
+        const uint64_t npfns = (uint64_t(offset) + count + kPage - 1) / kPage;
+        if (npfns > (payload_off - pos) / 8) return false;
+        uint32_t in_page = offset, range_left = count;
+        for (uint64_t i = 0; i < npfns && left && range_left; i++) {
+            uint64_t pfn;
+            std::memcpy(&pfn, pkt.data() + pos + i * 8, 8);
+            const uint32_t n = std::min({kPage - in_page, left, range_left});
+            if (ctx.pages.size() == ctx.pages.capacity() || pfn >= (1ull << 52)) return false;
+            void* host = ctl_.host_.map(pfn * kPage + in_page, n, ctx.writes_guest);
+            if (!host) return false;
+            ctx.pages.push_back({host, n});
+            // Guest pages that are contiguous on the host become one iovec.
+            if (!ctx.iov.empty() &&
+                static_cast<uint8_t*>(ctx.iov.back().iov_base) + ctx.iov.back().iov_len == host)
+                ctx.iov.back().iov_len += n;
+            else
+                ctx.iov.push_back({host, n});
+            left -= n;
+            range_left -= n;
+            in_page = 0;
+        }
+        pos += uint32_t(npfns * 8);
+    }
+    return left == 0;
+}
+
+void StorChannel::unmap(IoContext& ctx) {
+    for (const iovec& v : ctx.pages) ctl_.host_.unmap(v.iov_base, v.iov_len, ctx.writes_guest);
+    ctx.pages.clear();
+    ctx.iov.clear();
+}
+
+void StorChannel::execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
+                              const VstorPacket& p, uint32_t len) {
+    ctl_.stats_.srbs++;
+    if (!ctl_.ready_) {
+        // Requests before the handshake finished.
+        VstorPacket r = p;
+        r.operation = static_cast<uint32_t>(Operation::CompleteIo);
+        r.status = kStatusInvalidDeviceState;
+        ctl_.stats_.bad_packets++;
+        reply(ch, d.trans_id, r, len);
+        return;
+    }
+    IoContext* ctx = free_.back();
+    free_.pop_back();
+    outstanding_++;
+    ctx->trans_id = d.trans_id;
+    ctx->req = p;
+    ctx->req_len = len;
+    ctx->srb_override = 0;
+    scsi::Command& c = ctx->cmd;
+    c.status = scsi::kStatusGood;
+    c.sense_len = 0;
+    c.data_transferred = 0;
+    c.iov = nullptr;
+    c.iovcnt = 0;
+    c.xfer_len = 0;
+
+    const VmscsiRequest& srb = p.srb;
+    const uint8_t data_in = srb.data_in;
+    if (srb.cdb_length == 0 || srb.cdb_length > 16 || data_in > kDataNone) {
+        ctx->srb_override = kSrbInvalidRequest;
+        return complete(ch, ctx);
+    }
+    c.cdb_len = srb.cdb_length;
+    c.cdb.fill(0);
+    std::memcpy(c.cdb.data(), srb.cdb_or_sense, srb.cdb_length);
+    // data_in is the truth: 6.1 can leave a stale range on a command without data.
+    c.dir = data_in == kDataRead ? scsi::Dir::FromDevice : data_in == kDataWrite ? scsi::Dir::ToDevice : scsi::Dir::None;
+    ctx->writes_guest = c.dir == scsi::Dir::FromDevice;
+    if (c.dir != scsi::Dir::None) {
+        const uint32_t bytes = srb.data_transfer_length;
+        if (bytes > ctl_.cfg_.max_transfer_bytes || d.type != uint16_t(vmbus::PacketType::DataUsingGpaDirect) ||
+            (bytes && !map_buffer(*ctx, pkt, uint32_t(d.offset8) * 8, bytes))) {
+            unmap(*ctx);
+            ctx->srb_override = kSrbInvalidRequest;
+            return complete(ch, ctx);
+        }
+        c.iov = ctx->iov.data();
+        c.iovcnt = uint32_t(ctx->iov.size());
+        c.xfer_len = bytes;
+    }
+
+    if (c.cdb[0] == kReportLuns) {
+        if (srb.path_id == 0 && srb.target_id == 0) scsi::answer_report_luns(c, ctl_.luns());
+        else scsi::answer_report_luns(c, {});
+        return complete(ch, ctx);
+    }
+    scsi::Disk* disk = ctl_.lookup(srb.path_id, srb.target_id, srb.lun);
+    if (!disk) {
+        scsi::answer_absent_lun(c);
+        // INQUIRY answers with "no device here"; anything else tells the guest the LUN
+        // is gone, and it removes it.
+        if (c.cdb[0] != kInquiry) ctx->srb_override = kSrbInvalidLun;
+        return complete(ch, ctx);
+    }
+    for (auto& [dk, cmds] : batch_) {
+        if (dk == disk) {
+            cmds.push_back(&c);
+            return;
+        }
+    }
+    batch_.push_back({disk, {&c}});
+}
+
+void StorChannel::on_batch_end(vmbus::Channel&) {
+    for (auto& [disk, cmds] : batch_) {
+        if (!cmds.empty()) disk->submit(cmds);
+        cmds.clear();
+    }
+    // Keep the per-disk vectors' capacity; forget disks that may go away.
+    batch_.erase(std::remove_if(batch_.begin(), batch_.end(), [](auto& b) { return b.second.empty(); }),
+                 batch_.end());
+}
+
+void StorChannel::release(IoContext* ctx) {
+    unmap(*ctx);
+    free_.push_back(ctx);
+}
+
+void StorChannel::complete(vmbus::Channel& ch, IoContext* ctx) {
+    const scsi::Command& c = ctx->cmd;
+    VstorPacket r = ctx->req;
+    r.operation = static_cast<uint32_t>(Operation::CompleteIo);
+    r.flags = 0;
+    r.status = kStatusSuccess;
+    VmscsiRequest& srb = r.srb;
+    srb.scsi_status = c.status;
+    srb.sense_info_length = 0;
+    srb.data_transfer_length = c.data_transferred;
+    if (ctx->srb_override) {
+        srb.srb_status = ctx->srb_override;
+        if (ctx->srb_override != kSrbInvalidLun) srb.scsi_status = 0;
+        srb.data_transfer_length = 0;
+    } else if (c.status == scsi::kStatusGood) {
+        srb.srb_status = kSrbSuccess;
+    } else {
+        srb.srb_status = kSrbError;
+        if (c.status == scsi::kStatusCheckCondition && c.sense_len) {
+            const uint8_t n = std::min<uint8_t>(c.sense_len, kSenseBytes);
+            std::memset(srb.cdb_or_sense, 0, kSenseBytes);
+            std::memcpy(srb.cdb_or_sense, c.sense.data(), n);
+            srb.sense_info_length = n;
+            srb.srb_status |= kSrbAutosenseValid;
+        }
+    }
+    if (srb.srb_status != kSrbSuccess) ctl_.stats_.srb_errors++;
+    reply(ch, ctx->trans_id, r, ctx->req_len);
+    outstanding_--;
+    release(ctx);
+}
+
+} // namespace hvstor::storvsp

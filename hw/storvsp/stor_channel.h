@@ -1,0 +1,89 @@
+// One channel of a storvsp controller (primary or subchannel): the VMBus-facing
+// ChannelHandler and the worker-facing PacketHandler. Private to hw/storvsp.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "hvstor/storvsp/controller.h"
+
+namespace hvstor::storvsp {
+
+// One request in flight: the SCSI command, the guest's pages, and what is needed to
+// answer it. Pooled per channel: nothing is allocated per I/O.
+struct IoContext {
+    scsi::Command cmd;
+    uint64_t trans_id = 0;
+    VstorPacket req{};
+    uint32_t req_len = 0;
+    uint8_t srb_override = 0; // an SRB status decided before the command ran
+    std::vector<iovec> pages; // as mapped, for unmap
+    std::vector<iovec> iov;   // merged, for the disk
+    bool writes_guest = false;
+    class StorChannel* channel = nullptr;
+};
+
+class StorChannel final : public vmbus::ChannelHandler, public vmbus::PacketHandler {
+public:
+    StorChannel(Controller& ctl, uint16_t index);
+    ~StorChannel() override;
+
+    uint16_t index() const { return index_; }
+    uint32_t relid() const { return relid_.load(); }
+    void set_relid(uint32_t r) { relid_.store(r); }
+    bool is_open() const;
+    void request_enumerate();
+
+    // From any thread: a command finished.
+    void done(IoContext* ctx);
+
+    // vmbus::ChannelHandler (VMBus server, vCPU threads)
+    uint32_t on_open(const vmbus::OpenRequest& req) override;
+    void on_close(uint32_t relid) override;
+    void on_guest_signal(uint32_t relid) override;
+    void on_target_vp(uint32_t relid, uint32_t vp) override;
+
+    // vmbus::PacketHandler (the channel's worker thread)
+    void on_wake(vmbus::Channel& ch) override;
+    bool can_accept(vmbus::Channel& ch) override;
+    void on_packet(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) override;
+    void on_batch_end(vmbus::Channel& ch) override;
+    void on_stop(vmbus::Channel& ch) override;
+
+private:
+    enum class InitState { Start, Initializing, VersionAgreed, Ready };
+
+    void control(vmbus::Channel& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
+    void execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
+                     const VstorPacket& p, uint32_t len);
+    bool map_buffer(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes);
+    void unmap(IoContext& ctx);
+    void reply(vmbus::Channel& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
+    void complete(vmbus::Channel& ch, IoContext* ctx);
+    void release(IoContext* ctx);
+
+    Controller& ctl_;
+    const uint16_t index_;
+    std::atomic<uint32_t> relid_{0};
+
+    mutable std::mutex mu_;                   // runtime_ against close
+    std::unique_ptr<vmbus::Channel> runtime_;
+    std::atomic<bool> enumerate_{false};
+
+    // Worker thread only.
+    InitState state_ = InitState::Start;
+    std::vector<IoContext> pool_;
+    std::vector<IoContext*> free_;
+    std::vector<std::pair<scsi::Disk*, std::vector<scsi::Command*>>> batch_;
+
+    // Completed commands, from any thread to the worker.
+    std::mutex done_mu_;
+    std::condition_variable done_cv_;
+    std::vector<IoContext*> done_;
+    std::vector<IoContext*> done_swap_;
+    uint32_t outstanding_ = 0; // guarded by done_mu_
+};
+
+} // namespace hvstor::storvsp

@@ -1,0 +1,144 @@
+#include "hvstor/vmbus/channel.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace hvstor::vmbus {
+
+std::unique_ptr<Channel> Channel::open(Host& host, hv::Synic& synic, uint8_t sint, const OpenRequest& req,
+                                       PacketHandler& handler, std::string& err) {
+    const Gpadl& g = *req.ring;
+    // A ring GPADL is one range starting at offset 0: word 0 is {byte_count, offset}.
+    if (g.range_count != 1 || g.range_data.size() < 2 || (g.range_data[0] >> 32) != 0) {
+        err = "ring GPADL must be a single page-aligned range";
+        return nullptr;
+    }
+    std::span<const uint64_t> pfns(g.range_data.data() + 1, g.range_data.size() - 1);
+    const size_t split = req.downstream_page_offset;
+    if (split < 2 || pfns.size() - split < 2) {
+        err = "each ring needs a header page and at least one data page";
+        return nullptr;
+    }
+    RingPages in, out;
+    if (!in.map(host, pfns.subspan(0, split)) || !out.map(host, pfns.subspan(split))) {
+        err = "ring pages are not guest RAM";
+        return nullptr;
+    }
+    std::unique_ptr<Channel> ch(new Channel(host, synic, sint, req, std::move(in), std::move(out), handler));
+    if (ch->efd_ < 0) {
+        err = "eventfd failed";
+        return nullptr;
+    }
+    ch->worker_ = std::thread([c = ch.get()] { c->run(); });
+    return ch;
+}
+
+Channel::Channel(Host&, hv::Synic& synic, uint8_t sint, const OpenRequest& req, RingPages in, RingPages out,
+                 PacketHandler& handler)
+    : synic_(synic), sint_(sint), relid_(req.child_relid), target_vp_(req.target_vp), in_(std::move(in)),
+      out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)) {
+    pkt_.reserve(kMaxIncomingPacket);
+}
+
+Channel::~Channel() {
+    stop();
+    if (efd_ >= 0) close(efd_);
+}
+
+void Channel::stop() {
+    if (!stopping_.exchange(true)) wake();
+    if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
+}
+
+void Channel::wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(efd_, &one, sizeof one);
+}
+
+void Channel::notify_guest_signal() {
+    stats_.guest_signals++;
+    wake();
+}
+
+bool Channel::send(PacketType type, uint16_t flags, uint64_t trans_id, std::span<const uint8_t> payload) {
+    if (!out_.write(type, flags, trans_id, payload)) {
+        if (out_.corrupt()) broken_ = true;
+        return false;
+    }
+    stats_.packets_out++;
+    return true;
+}
+
+bool Channel::reserve_out(uint32_t bytes) {
+    if (out_.free_bytes() >= bytes) {
+        if (waiting_room_) {
+            out_.set_pending_send_sz(0);
+            waiting_room_ = false;
+        }
+        return true;
+    }
+    stats_.ring_full_waits++;
+    out_.set_pending_send_sz(bytes);
+    waiting_room_ = true;
+    // The guest may have made room before it could see the request.
+    return out_.free_bytes() >= bytes;
+}
+
+void Channel::signal_guest() {
+    stats_.host_signals++;
+    synic_.signal_event(target_vp_.load(), sint_, relid_);
+}
+
+// One round: completions out first (they free room and credits), then as many incoming
+// packets as the handler accepts, then one signal each way at most.
+bool Channel::pump() {
+    handler_.on_wake(*this);
+    bool did = false;
+    while (!broken_ && handler_.can_accept(*this)) {
+        auto st = in_.peek(pkt_);
+        if (st == IncomingRing::Status::Empty) break;
+        if (st == IncomingRing::Status::Corrupt) {
+            // Indices or a descriptor the guest could not have written honestly: stop
+            // reading this ring rather than guess.
+            broken_ = true;
+            break;
+        }
+        in_.consume();
+        stats_.packets_in++;
+        PacketDescriptor d;
+        std::memcpy(&d, pkt_.data(), sizeof d);
+        handler_.on_packet(*this, d, pkt_);
+        did = true;
+    }
+    if (did) handler_.on_batch_end(*this);
+    const bool guest_wants_room = in_.commit();
+    if (out_.commit() || guest_wants_room) signal_guest();
+    return did;
+}
+
+void Channel::run() {
+    in_.set_interrupt_mask(true);
+    while (!stopping_) {
+        stats_.wakeups++;
+        pump();
+        if (stopping_) break;
+        // Unmask, then look again before sleeping: the guest only signals an empty ring
+        // becoming non-empty while unmasked.
+        in_.set_interrupt_mask(false);
+        if (!broken_ && !in_.empty() && handler_.can_accept(*this)) {
+            in_.set_interrupt_mask(true);
+            continue;
+        }
+        pollfd p{efd_, POLLIN, 0};
+        poll(&p, 1, -1);
+        uint64_t v;
+        [[maybe_unused]] ssize_t n = read(efd_, &v, sizeof v);
+        in_.set_interrupt_mask(true);
+    }
+    handler_.on_stop(*this);
+}
+
+} // namespace hvstor::vmbus

@@ -1,0 +1,90 @@
+// A Hyper-V synthetic SCSI controller (the host side of hv_storvsc): its primary VMBus
+// channel, subchannels created on the guest's request, the init state machine, SRB
+// execution against the SCSI disks attached to it, and completions.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hvstor/host.h"
+#include "hvstor/scsi/disk.h"
+#include "hvstor/storvsp/protocol.h"
+#include "hvstor/vmbus/channel.h"
+#include "hvstor/vmbus/server.h"
+
+namespace hvstor::storvsp {
+
+struct ControllerConfig {
+    // Subchannels offered at most, in addition to the primary. The guest asks for
+    // min(CPUs - 1, this); 0 disables multi-channel.
+    uint16_t max_subchannels = 16;
+    uint32_t max_transfer_bytes = 256 * 1024;
+    // Requests taken from one channel's ring and not yet completed. Beyond it the ring is
+    // not read (the guest sees a full ring and requeues), never dropped.
+    uint32_t max_outstanding_per_channel = 256;
+    uint16_t max_protocol_version = kVersionWin10;
+};
+
+struct ControllerStats {
+    std::atomic<uint64_t> srbs{0};
+    std::atomic<uint64_t> srb_errors{0};    // completed with an SRB status other than success
+    std::atomic<uint64_t> bad_packets{0};   // malformed or out of state
+    std::atomic<uint64_t> subchannels_offered{0};
+};
+
+class StorChannel;
+
+class Controller : public scsi::CommandSink {
+public:
+    static constexpr size_t kMaxLuns = 64;
+
+    Controller(Host& host, hv::Synic& synic, vmbus::Server& server, const vmbus::Guid& instance,
+               const ControllerConfig& cfg);
+    ~Controller() override;
+
+    // Offers the primary channel. Attach disks before or after (hot add).
+    bool start(std::string& err);
+
+    // LUN table (target 0, channel/path 0). Attaching or detaching while the guest is
+    // connected tells it to rescan (ENUMERATE_BUS).
+    bool attach(uint8_t lun, scsi::Disk* disk, std::string& err);
+    void detach(uint8_t lun);
+
+    const ControllerConfig& config() const { return cfg_; }
+    const ControllerStats& stats() const { return stats_; }
+    uint32_t open_channels() const;
+    uint32_t primary_relid() const { return primary_relid_; }
+
+    // scsi::CommandSink: routes a finished command back to its channel.
+    void command_done(scsi::Command* cmd) override;
+
+private:
+    friend class StorChannel;
+
+    scsi::Disk* lookup(uint8_t path, uint8_t target, uint8_t lun);
+    std::vector<uint16_t> luns();
+    // From a worker: offer up to n subchannels; returns how many were offered.
+    uint16_t create_subchannels(uint16_t n);
+    void primary_closed();
+
+    Host& host_;
+    hv::Synic& synic_;
+    vmbus::Server& server_;
+    vmbus::Guid instance_;
+    ControllerConfig cfg_;
+    ControllerStats stats_;
+
+    mutable std::mutex mu_;
+    std::array<scsi::Disk*, kMaxLuns> luns_{};
+    std::vector<std::unique_ptr<StorChannel>> channels_; // [0] primary
+    uint32_t primary_relid_ = 0;
+    std::atomic<bool> ready_{false}; // the primary finished the handshake
+};
+
+} // namespace hvstor::storvsp

@@ -1,0 +1,97 @@
+// The runtime of one open VMBus channel: its two rings, a worker thread, and signalling
+// both ways. A device (storvsp) supplies a PacketHandler; guest signals and device
+// completions only wake the worker, which does all ring work in batches.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvstor/hyperv/synic.h"
+#include "hvstor/vmbus/ring.h"
+#include "hvstor/vmbus/server.h"
+
+namespace hvstor::vmbus {
+
+class Channel;
+
+class PacketHandler {
+public:
+    virtual ~PacketHandler() = default;
+    // Worker thread, at each wake-up before incoming packets: finish completed work
+    // (write completion packets with Channel::send).
+    virtual void on_wake(Channel& ch) = 0;
+    // Whether one more incoming packet may be taken now. False applies back-pressure:
+    // the packet stays in the ring until a later wake-up.
+    virtual bool can_accept(Channel& ch) = 0;
+    // One incoming packet (descriptor and payload), already removed from the ring.
+    virtual void on_packet(Channel& ch, const PacketDescriptor& d, std::span<const uint8_t> packet) = 0;
+    // After a batch of packets: submit what was collected.
+    virtual void on_batch_end(Channel& ch) = 0;
+    // The worker is stopping (channel closed): wait for and drop outstanding work. No
+    // packets may be sent any more.
+    virtual void on_stop(Channel& ch) = 0;
+};
+
+struct ChannelStats {
+    std::atomic<uint64_t> packets_in{0}, packets_out{0};
+    std::atomic<uint64_t> guest_signals{0};   // SIGNAL_EVENTs from the guest
+    std::atomic<uint64_t> host_signals{0};    // interrupts to the guest
+    std::atomic<uint64_t> wakeups{0};
+    std::atomic<uint64_t> ring_full_waits{0}; // back-pressure episodes
+};
+
+class Channel {
+public:
+    // Maps the ring pages of the open request; nullptr with `err` if they are not RAM.
+    static std::unique_ptr<Channel> open(Host& host, hv::Synic& synic, uint8_t sint, const OpenRequest& req,
+                                         PacketHandler& handler, std::string& err);
+    ~Channel(); // stops the worker (see stop())
+
+    // Any thread: wake the worker (a guest signal, or completed work to send).
+    void notify_guest_signal();
+    void wake();
+
+    // Worker thread only.
+    bool send(PacketType type, uint16_t flags, uint64_t trans_id, std::span<const uint8_t> payload);
+    uint32_t out_free_bytes() const { return out_.free_bytes(); }
+    // Returns whether `bytes` are free in the outgoing ring. When not, asks the guest to
+    // signal once they are (pending_send_sz), so back-pressure never stalls for good.
+    bool reserve_out(uint32_t bytes);
+    void set_target_vp(uint32_t vp) { target_vp_.store(vp); }
+
+    uint32_t relid() const { return relid_; }
+    const ChannelStats& stats() const { return stats_; }
+    bool broken() const { return broken_.load(); }
+
+    // Stops the worker after the handler's on_stop(); idempotent. Never takes VMM locks.
+    void stop();
+
+private:
+    Channel(Host& host, hv::Synic& synic, uint8_t sint, const OpenRequest& req, RingPages in, RingPages out,
+            PacketHandler& handler);
+    void run();
+    bool pump();  // one round; returns true if it did anything
+    void signal_guest();
+
+    hv::Synic& synic_;
+    uint8_t sint_;
+    uint32_t relid_;
+    std::atomic<uint32_t> target_vp_;
+    IncomingRing in_;
+    OutgoingRing out_;
+    PacketHandler& handler_;
+    int efd_ = -1;
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> broken_{false};
+    std::thread worker_;
+    ChannelStats stats_;
+    std::vector<uint8_t> pkt_;
+    bool waiting_room_ = false;
+};
+
+} // namespace hvstor::vmbus

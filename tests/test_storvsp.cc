@@ -1,0 +1,471 @@
+// The storage protocol end to end through the Host seam: a fake hv_storvsc opens
+// channels of a real controller over real rings, with RAM-backed SCSI disks.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "fake_guest.h"
+#include "fake_host.h"
+#include "fake_storvsc.h"
+#include "hvstor/backend/backend.h"
+#include "hvstor/scsi/disk.h"
+#include "hvstor/storvsp/controller.h"
+
+using namespace hvstor;
+using namespace hvstor::storvsp;
+using hvstor::test::FakeGuest;
+using hvstor::test::FakeHost;
+using hvstor::test::FakeStorvsc;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kRings = 0x400000;      // primary rings
+constexpr uint64_t kSubRings = 0x480000;   // a subchannel's rings
+constexpr uint64_t kBuf = 0x500000;        // data buffers
+
+// A backend that holds requests until released, for back-pressure tests.
+class GatedBackend : public backend::Backend {
+public:
+    uint64_t size() const override { return 1 << 20; }
+    uint32_t block_size() const override { return 512; }
+    bool read_only() const override { return false; }
+    std::string describe() const override { return "gated"; }
+    void submit(std::span<backend::Request* const> reqs) override {
+        std::lock_guard lock(mu);
+        for (auto* r : reqs) held.push_back(r);
+    }
+    void drain() override {}
+    size_t held_count() {
+        std::lock_guard lock(mu);
+        return held.size();
+    }
+    void release_all() {
+        std::vector<backend::Request*> todo;
+        {
+            std::lock_guard lock(mu);
+            todo.swap(held);
+        }
+        for (auto* r : todo) {
+            r->result = 0;
+            r->done->complete(r);
+        }
+    }
+    std::mutex mu;
+    std::vector<backend::Request*> held;
+};
+
+class StorvspTest : public ::testing::Test {
+protected:
+    void SetUp() override { build({}); }
+
+    void build(ControllerConfig cfg) {
+        ctl.reset();
+        p.set_message_handler(&server);
+        for (uint32_t vp = 0; vp < 4; vp++) g.enable_synic(vp);
+        ctl = std::make_unique<Controller>(host, p.synic(), server, *vmbus::Guid::parse(kInstance), cfg);
+        std::string err;
+        ASSERT_TRUE(ctl->start(err)) << err;
+        std::string e2;
+        ram = backend::make_ram(64 << 20, e2);
+        ASSERT_TRUE(ram) << e2;
+        disk = std::make_unique<scsi::Disk>(*ram, scsi::DiskConfig{}, *ctl);
+        ASSERT_TRUE(ctl->attach(0, disk.get(), err)) << err;
+        connect();
+    }
+
+    void connect() {
+        vmbus::InitiateContact c{};
+        c.hdr.msgtype = uint32_t(vmbus::MsgType::InitiateContact);
+        c.version_requested = vmbus::version::kV5_3;
+        c.v5.msg_sint = 2;
+        g.post(0, 4, c);
+        ASSERT_TRUE(guest.wait_message<vmbus::VersionResponse>(vmbus::MsgType::VersionResponse));
+        vmbus::MsgHeader h{uint32_t(vmbus::MsgType::RequestOffers), 0};
+        g.post(0, 1, h);
+        ASSERT_TRUE(guest.wait_message<vmbus::MsgHeader>(vmbus::MsgType::AllOffersDelivered));
+    }
+
+    FakeStorvsc::Chan open_primary() {
+        auto c = guest.open(ctl->primary_relid(), kRings, 0x100);
+        EXPECT_TRUE(c);
+        return c ? *c : FakeStorvsc::Chan{};
+    }
+
+    static VmscsiRequest srb(uint8_t op, uint8_t data_in, uint8_t lun = 0) {
+        VmscsiRequest s{};
+        s.cdb_length = 10;
+        s.cdb_or_sense[0] = op;
+        s.data_in = data_in;
+        s.lun = lun;
+        s.sense_info_length = kSenseBytes;
+        return s;
+    }
+    static VmscsiRequest rw10(bool write, uint32_t lba, uint16_t blocks) {
+        VmscsiRequest s = srb(write ? 0x2A : 0x28, write ? kDataWrite : kDataRead);
+        s.cdb_or_sense[2] = uint8_t(lba >> 24);
+        s.cdb_or_sense[3] = uint8_t(lba >> 16);
+        s.cdb_or_sense[4] = uint8_t(lba >> 8);
+        s.cdb_or_sense[5] = uint8_t(lba);
+        s.cdb_or_sense[7] = uint8_t(blocks >> 8);
+        s.cdb_or_sense[8] = uint8_t(blocks);
+        return s;
+    }
+    static VmscsiRequest inquiry(uint8_t lun, uint8_t alloc = 96) {
+        VmscsiRequest s = srb(0x12, kDataRead, lun);
+        s.cdb_length = 6;
+        s.cdb_or_sense[4] = alloc;
+        return s;
+    }
+
+    static constexpr const char* kInstance = "f8b3781b-1e82-4818-a1c3-63d806ec1500";
+    FakeHost host;
+    hv::Partition p{host, hv::PartitionConfig{4, 0x5A58}};
+    vmbus::Server server{p.synic(), vmbus::ServerConfig{}};
+    FakeGuest g{host, p};
+    FakeStorvsc guest{host, p, g};
+    std::unique_ptr<backend::Backend> ram;
+    std::unique_ptr<Controller> ctl;
+    std::unique_ptr<scsi::Disk> disk;
+
+    void TearDown() override {
+        ctl.reset(); // before the disk and backend it completes through
+        disk.reset();
+    }
+};
+
+} // namespace
+
+TEST_F(StorvspTest, HandshakeAndProperties) {
+    auto c = open_primary();
+    auto props = guest.handshake(c);
+    ASSERT_TRUE(props);
+    EXPECT_EQ(props->max_channel_count, 16);
+    EXPECT_EQ(props->flags & kFlagMultiChannel, kFlagMultiChannel);
+    EXPECT_EQ(props->max_transfer_bytes, 256u * 1024);
+    EXPECT_EQ(ctl->open_channels(), 1u);
+}
+
+TEST_F(StorvspTest, VersionNegotiationAsLinuxTriesIt) {
+    build({16, 256 * 1024, 256, kVersionWin8_1});
+    auto c = open_primary();
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::BeginInitialization);
+    guest.send(c, v);
+    ASSERT_EQ(guest.wait(c)->pkt.status, kStatusSuccess);
+    for (uint16_t ver : {kVersionWin10, kVersionWin8_1}) {
+        v = {};
+        v.operation = uint32_t(Operation::QueryProtocolVersion);
+        v.version.major_minor = ver;
+        guest.send(c, v);
+        auto r = guest.wait(c);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->pkt.operation, uint32_t(Operation::CompleteIo));
+        if (ver == kVersionWin10) EXPECT_EQ(r->pkt.status, kStatusRevisionMismatch);
+        else EXPECT_EQ(r->pkt.status, kStatusSuccess);
+    }
+    v = {};
+    v.operation = uint32_t(Operation::QueryProtocolVersion);
+    v.version.major_minor = 0x0700;
+    guest.send(c, v);
+    EXPECT_NE(guest.wait(c)->pkt.status, kStatusSuccess) << "unknown version";
+}
+
+TEST_F(StorvspTest, OutOfOrderAndUnknownPacketsGetErrorStatus) {
+    auto c = open_primary();
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::QueryProperties);
+    uint64_t id = guest.send(c, v);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->trans_id, id);
+    EXPECT_EQ(r->pkt.status, kStatusInvalidDeviceState);
+
+    guest.send_srb(c, srb(0x00, kDataNone), 0, 0);
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.status, kStatusInvalidDeviceState) << "SRB before the handshake";
+
+    v = {};
+    v.operation = 99;
+    guest.send(c, v);
+    EXPECT_EQ(guest.wait(c)->pkt.status, kStatusInvalidDeviceRequest);
+
+    v = {};
+    v.operation = uint32_t(Operation::BeginInitialization);
+    guest.send(c, v, 20); // truncated
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->pkt.status, kStatusSuccess);
+    EXPECT_GE(ctl->stats().bad_packets.load(), 4u);
+}
+
+TEST_F(StorvspTest, InquiryPresentAndAbsentLun) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    guest.send_srb(c, inquiry(0), kBuf, 96);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_EQ(r->len, 64u) << "completion sized like the request";
+    EXPECT_EQ(std::memcmp(host.ram(kBuf + 8), "Msft    ", 8), 0);
+    EXPECT_EQ(std::memcmp(host.ram(kBuf + 16), "Virtual Disk    ", 16), 0);
+
+    guest.send_srb(c, inquiry(5), kBuf, 96);
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_EQ(*host.ram(kBuf), 0x7F) << "no phantom disks";
+
+    guest.send_srb(c, srb(0x00, kDataNone, 5), 0, 0); // TEST UNIT READY
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbInvalidLun);
+
+    VmscsiRequest other = srb(0x00, kDataNone);
+    other.target_id = 1;
+    guest.send_srb(c, other, 0, 0);
+    EXPECT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbInvalidLun) << "only target 0 has disks";
+}
+
+TEST_F(StorvspTest, WriteReadRoundTripUnalignedAcrossPages) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    const uint64_t wbuf = kBuf + 0x234, rbuf = kBuf + 0x20000 + 0x10;
+    for (uint32_t i = 0; i < 16384; i++) *host.ram(wbuf + i) = uint8_t(i * 7 + 3);
+    guest.send_srb(c, rw10(true, 100, 32), wbuf, 16384);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_EQ(r->pkt.srb.data_transfer_length, 16384u);
+    guest.send_srb(c, rw10(false, 100, 32), rbuf, 16384);
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_EQ(std::memcmp(host.ram(wbuf), host.ram(rbuf), 16384), 0);
+    EXPECT_EQ(host.maps.load(), host.unmaps.load() + 2 * (FakeStorvsc::kRingPages)) << "data pages all unmapped";
+}
+
+TEST_F(StorvspTest, CheckConditionCarriesSense) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    guest.send_srb(c, rw10(false, 0x7FFFFFFF, 8), kBuf, 4096);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbError | kSrbAutosenseValid);
+    EXPECT_EQ(r->pkt.srb.scsi_status, scsi::kStatusCheckCondition);
+    EXPECT_GT(r->pkt.srb.sense_info_length, 0);
+    EXPECT_EQ(r->pkt.srb.cdb_or_sense[2] & 0xF, scsi::kSenseIllegalRequest);
+    EXPECT_EQ(r->pkt.srb.cdb_or_sense[12], 0x21) << "LBA out of range";
+}
+
+TEST_F(StorvspTest, BadBuffersAreInvalidRequests) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    guest.send_srb(c, rw10(false, 0, 8), FakeHost::kHoleStart, 4096); // MMIO
+    EXPECT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbInvalidRequest);
+    guest.send_srb(c, rw10(false, 0, 8), FakeHost::kRamSize + 4096, 4096); // outside RAM
+    EXPECT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbInvalidRequest);
+    guest.send_srb(c, rw10(false, 0, 8), FakeHost::kHoleStart - 2048, 4096); // runs into MMIO
+    EXPECT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbInvalidRequest);
+    // Larger than max_transfer_bytes.
+    VmscsiRequest big = rw10(false, 0, 1024);
+    guest.send_srb(c, big, kBuf, 512 * 1024);
+    EXPECT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbInvalidRequest);
+    // A data command sent inband (no buffer).
+    guest.send_srb(c, rw10(false, 0, 8), 0, 0);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->pkt.srb.srb_status, kSrbSuccess);
+    VmscsiRequest badcdb = srb(0x00, kDataNone);
+    badcdb.cdb_length = 17;
+    guest.send_srb(c, badcdb, 0, 0);
+    EXPECT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbInvalidRequest);
+    VmscsiRequest baddir = srb(0x00, 7);
+    guest.send_srb(c, baddir, 0, 0);
+    EXPECT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbInvalidRequest);
+    EXPECT_EQ(host.maps.load(), host.unmaps.load() + 2 * (FakeStorvsc::kRingPages));
+}
+
+TEST_F(StorvspTest, TruncatedRangeListIsRejected) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    // A GPA-direct packet claiming 16 KiB but carrying one pfn.
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::ExecuteSrb);
+    v.srb = rw10(false, 0, 32);
+    v.srb.data_transfer_length = 16384;
+    std::vector<uint8_t> body(16 + 8 + 8 + 8 + sizeof v);
+    uint32_t rc = 1, count = 16384, off = 0;
+    uint64_t pfn = kBuf >> 12;
+    std::memcpy(body.data() + 20, &rc, 4);
+    std::memcpy(body.data() + 24, &count, 4);
+    std::memcpy(body.data() + 28, &off, 4);
+    std::memcpy(body.data() + 32, &pfn, 8);
+    std::memcpy(body.data() + 40, &v, sizeof v);
+    ASSERT_TRUE(guest.write_packet(c, uint16_t(vmbus::PacketType::DataUsingGpaDirect), 77, body, 40));
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->trans_id, 77u);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbInvalidRequest);
+}
+
+TEST_F(StorvspTest, ReportLunsFromTheTable) {
+    std::string e;
+    auto r2 = backend::make_ram(1 << 20, e);
+    scsi::Disk d2(*r2, {}, *ctl);
+    std::string err;
+    ASSERT_TRUE(ctl->attach(3, &d2, err));
+    EXPECT_FALSE(ctl->attach(3, &d2, err)) << "lun in use";
+    EXPECT_FALSE(ctl->attach(200, &d2, err));
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    VmscsiRequest s = srb(0xA0, kDataRead);
+    s.cdb_length = 12;
+    s.cdb_or_sense[9] = 64; // allocation length
+    guest.send_srb(c, s, kBuf, 64);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_EQ(*host.ram(kBuf + 3), 16) << "two entries";
+    EXPECT_EQ(*host.ram(kBuf + 8 + 1), 0);
+    EXPECT_EQ(*host.ram(kBuf + 16 + 1), 3);
+    ctl->detach(3);
+}
+
+TEST_F(StorvspTest, SubchannelsOnRequestThenRescindedWithPrimary) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::CreateSubChannels);
+    v.sub_channel_count = 3;
+    guest.send(c, v);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.status, kStatusSuccess);
+    std::set<uint16_t> indices;
+    uint32_t sub_relid = 0;
+    for (int i = 0; i < 3; i++) {
+        auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
+        ASSERT_TRUE(o);
+        EXPECT_EQ(vmbus::Guid{}.bytes.size(), 16u);
+        EXPECT_EQ(std::memcmp(o->offer.if_type, vmbus::kScsiControllerType.bytes.data(), 16), 0);
+        EXPECT_EQ(std::memcmp(o->offer.if_instance, vmbus::Guid::parse(kInstance)->bytes.data(), 16), 0);
+        indices.insert(o->offer.sub_channel_index);
+        sub_relid = o->child_relid;
+    }
+    EXPECT_EQ(indices, (std::set<uint16_t>{1, 2, 3}));
+    EXPECT_EQ(ctl->stats().subchannels_offered.load(), 3u);
+
+    auto sc = guest.open(sub_relid, kSubRings, 0x200);
+    ASSERT_TRUE(sc);
+    // Subchannels carry I/O only, no handshake of their own.
+    for (uint32_t i = 0; i < 4096; i++) *host.ram(kBuf + i) = uint8_t(i);
+    guest.send_srb(*sc, rw10(true, 8, 8), kBuf, 4096);
+    ASSERT_EQ(guest.wait(*sc)->pkt.srb.srb_status, kSrbSuccess);
+    guest.send_srb(c, rw10(false, 8, 8), kBuf + 0x10000, 4096);
+    ASSERT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_EQ(std::memcmp(host.ram(kBuf), host.ram(kBuf + 0x10000), 4096), 0);
+    v = {};
+    v.operation = uint32_t(Operation::BeginInitialization);
+    guest.send(*sc, v);
+    EXPECT_EQ(guest.wait(*sc)->pkt.status, kStatusInvalidDeviceState) << "init only on the primary";
+    EXPECT_EQ(ctl->open_channels(), 2u);
+
+    guest.close(*sc);
+    guest.close(c);
+    int rescinds = 0;
+    while (auto m = guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer, 1000ms)) rescinds++;
+    EXPECT_EQ(rescinds, 3);
+    EXPECT_EQ(ctl->open_channels(), 0u);
+}
+
+TEST_F(StorvspTest, TooManySubchannelsRefused) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::CreateSubChannels);
+    v.sub_channel_count = 17;
+    guest.send(c, v);
+    EXPECT_EQ(guest.wait(c)->pkt.status, kStatusInvalidParameter);
+}
+
+TEST_F(StorvspTest, RingWrapsManyTimes) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    std::set<uint64_t> want;
+    for (int i = 0; i < 5000; i++) {
+        want.insert(guest.send_srb(c, inquiry(0, 36), kBuf + (i % 16) * 4096, 36));
+        auto r = guest.wait(c);
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+        ASSERT_TRUE(want.erase(r->trans_id));
+    }
+    EXPECT_TRUE(want.empty());
+}
+
+TEST_F(StorvspTest, OutstandingLimitAppliesBackPressureNeverDrops) {
+    GatedBackend gated;
+    scsi::Disk gd(gated, {}, *ctl);
+    std::string err;
+    ctl->detach(0);
+    ASSERT_TRUE(ctl->attach(0, &gd, err));
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    std::set<uint64_t> want;
+    for (int i = 0; i < 300; i++) want.insert(guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096));
+    // 256 taken, the rest left in the ring.
+    for (int i = 0; i < 500 && gated.held_count() < 256; i++) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(gated.held_count(), 256u);
+    EXPECT_FALSE(guest.poll(c));
+    while (!want.empty()) {
+        gated.release_all();
+        auto r = guest.wait(c, 2000ms);
+        ASSERT_TRUE(r) << want.size() << " requests never completed";
+        EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+        ASSERT_TRUE(want.erase(r->trans_id)) << "completed twice or never sent";
+    }
+    EXPECT_FALSE(guest.wait(c, 50ms)) << "no extra completions";
+    guest.close(c);
+}
+
+TEST_F(StorvspTest, FullCompletionRingWaitsForTheGuest) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    // Fill the guest->host ring twice over without reading completions: the host must
+    // stop when the completions it owes would not fit, ask for room, and go on when the
+    // guest reads.
+    std::set<uint64_t> want;
+    int sent = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 1400; i++) {
+            bool ok = false;
+            uint64_t id = guest.send_srb(c, srb(0x00, kDataNone), 0, 0, &ok);
+            if (!ok) break;
+            want.insert(id);
+            sent++;
+        }
+        std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_GT(sent, 1600) << "the host must have drained the ring while completions fit";
+    int drained = 0, refills = 0;
+    while (!want.empty()) {
+        auto r = guest.wait(c, 2000ms);
+        ASSERT_TRUE(r) << want.size() << " requests never completed; srbs seen " << ctl->stats().srbs.load()
+                       << ", guest signals " << guest.signals << ", out pending_send_sz " << c.in.load(12)
+                       << ", in ring w/r " << c.out.load(0) << "/" << c.out.load(4) << " mask " << c.out.load(8);
+        ASSERT_TRUE(want.erase(r->trans_id));
+        if (++drained % 400 == 0 && refills < 5) {
+            // Keep the guest sending a little while it drains.
+            refills++;
+            bool ok = false;
+            uint64_t id = guest.send_srb(c, srb(0x00, kDataNone), 0, 0, &ok);
+            if (ok) want.insert(id);
+        }
+    }
+    EXPECT_FALSE(guest.wait(c, 50ms));
+}
