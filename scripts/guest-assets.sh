@@ -28,6 +28,7 @@ set -euo pipefail
 # the two Hyper-V drivers, which must exist as modules or be built in.
 WANTED_MODULES=(
   hv_vmbus hv_storvsc scsi_transport_fc sd_mod sg scsi_mod
+  virtio_pci virtio_scsi virtio_blk
   ext4 jbd2 mbcache crc16 crc32c_generic crc32c_intel libcrc32c crct10dif_generic
   crct10dif_pclmul crc_t10dif crc64_rocksoft_generic crc64_rocksoft
 )

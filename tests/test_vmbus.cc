@@ -259,6 +259,25 @@ TEST_F(VmbusTest, BadGpadlsAreAnsweredWithFailure) {
     EXPECT_EQ(server.gpadl_count(), 1u);
 }
 
+TEST_F(VmbusTest, GpadlCountIsBounded) {
+    Server small{p.synic(), ServerConfig{version::kV5_3, 65536, 3}};
+    p.set_message_handler(&small);
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    small.add_offer(a);
+    ASSERT_EQ(negotiate(version::kV5_3).version_supported, 1);
+    g.post(0, 1, msg<MsgHeader>(MsgType::RequestOffers));
+    while (g.take(0)) {
+    }
+    for (uint32_t id = 1; id <= 4; id++) {
+        send_gpadl(1, id, 2);
+        auto c = g.take_as<GpadlCreated>(0);
+        if (id <= 3) EXPECT_EQ(c.creation_status, kStatusSuccess) << id;
+        else EXPECT_NE(c.creation_status, kStatusSuccess) << "over the limit";
+    }
+    EXPECT_EQ(small.gpadl_count(), 3u);
+}
+
 TEST_F(VmbusTest, OpenWithoutDeviceIsRefusedWithStatus) {
     OfferInfo a;
     a.type = kScsiControllerType;

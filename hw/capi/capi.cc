@@ -54,7 +54,7 @@ struct HvstorVmbus {
     hvstor::vmbus::Server server;
 
     HvstorVmbus(const HvstorHostOps& ops, uint32_t nr_vps, uint16_t port, uint32_t max_version)
-        : host(ops), partition(host, {nr_vps, port}), server(partition.synic(), {max_version, 65536}) {
+        : host(ops), partition(host, {nr_vps, port}), server(partition.synic(), {max_version, 65536, 1024}) {
         partition.set_message_handler(&server);
     }
 };

@@ -304,7 +304,8 @@ void Server::gpadl_header(std::span<const uint8_t> m, Outbox& out) {
     };
     const size_t words = h.range_buflen / 8;
     const size_t carried = (m.size() - sizeof h) / 8;
-    if (!find(h.child_relid) || gpadls_.count(h.gpadl) || h.rangecount == 0 || h.range_buflen % 8 ||
+    if (!find(h.child_relid) || gpadls_.count(h.gpadl) || gpadls_.size() >= cfg_.max_gpadls ||
+        h.rangecount == 0 || h.range_buflen % 8 ||
         words < 2u * h.rangecount || words - h.rangecount > cfg_.max_gpadl_pages || carried > words)
         return fail();
     Gpadl g;

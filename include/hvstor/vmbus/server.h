@@ -58,8 +58,10 @@ struct OfferInfo {
 
 struct ServerConfig {
     uint32_t max_version = version::kV5_3;
-    // Largest GPADL accepted, in pages (the guest's rings are far smaller).
+    // Largest GPADL accepted, in pages (the guest's rings are far smaller), and how many
+    // may exist at once: together they bound the host memory a guest can make us hold.
     uint32_t max_gpadl_pages = 65536;
+    uint32_t max_gpadls = 1024;
 };
 
 struct ServerStats {
