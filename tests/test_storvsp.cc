@@ -469,3 +469,24 @@ TEST_F(StorvspTest, FullCompletionRingWaitsForTheGuest) {
     }
     EXPECT_FALSE(guest.wait(c, 50ms));
 }
+
+TEST_F(StorvspTest, HotAddTellsTheGuestToRescan) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    std::string e;
+    auto r2 = backend::make_ram(1 << 20, e);
+    scsi::Disk d2(*r2, {}, *ctl);
+    ASSERT_TRUE(ctl->attach(1, &d2, e));
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->type, uint16_t(vmbus::PacketType::DataInband));
+    EXPECT_EQ(r->pkt.operation, uint32_t(Operation::EnumerateBus));
+    ctl->detach(1);
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.operation, uint32_t(Operation::EnumerateBus)) << "and on removal";
+    guest.send_srb(c, inquiry(1), kBuf, 96);
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(*host.ram(kBuf), 0x7F) << "gone after detach";
+}

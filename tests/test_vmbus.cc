@@ -93,6 +93,25 @@ protected:
         }
     }
 
+    // Offers one channel backed by `dev`, connects, and shares a 66-page ring GPADL 5.
+    void offer_with_ring(FakeChannel& dev) {
+        OfferInfo a;
+        a.type = kScsiControllerType;
+        a.handler = &dev;
+        server.add_offer(a);
+        connect_and_list();
+        send_gpadl(1, 5, 66);
+        g.take(0);
+    }
+    OpenChannel open_request() {
+        OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
+        o.child_relid = 1;
+        o.openid = 1;
+        o.ringbuffer_gpadlhandle = 5;
+        o.downstream_ringbuffer_pageoffset = 33;
+        return o;
+    }
+
     FakeHost host;
     hv::Partition p{host, hv::PartitionConfig{4, 0x5A58}};
     Server server{p.synic(), ServerConfig{}};
@@ -300,17 +319,8 @@ TEST_F(VmbusTest, OpenWithoutDeviceIsRefusedWithStatus) {
 
 TEST_F(VmbusTest, OpenCloseSignalWithDevice) {
     FakeChannel dev;
-    OfferInfo a;
-    a.type = kScsiControllerType;
-    a.handler = &dev;
-    server.add_offer(a);
-    connect_and_list();
-    send_gpadl(1, 5, 66);
-    g.take(0);
-    OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
-    o.child_relid = 1;
-    o.openid = 1;
-    o.ringbuffer_gpadlhandle = 5;
+    offer_with_ring(dev);
+    OpenChannel o = open_request();
     o.downstream_ringbuffer_pageoffset = 66; // past the end
     g.post(0, 1, o);
     EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
@@ -348,18 +358,8 @@ TEST_F(VmbusTest, OpenCloseSignalWithDevice) {
 
 TEST_F(VmbusTest, UnloadClosesOpenChannels) {
     FakeChannel dev;
-    OfferInfo a;
-    a.type = kScsiControllerType;
-    a.handler = &dev;
-    server.add_offer(a);
-    connect_and_list();
-    send_gpadl(1, 5, 66);
-    g.take(0);
-    OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
-    o.child_relid = 1;
-    o.ringbuffer_gpadlhandle = 5;
-    o.downstream_ringbuffer_pageoffset = 33;
-    g.post(0, 1, o);
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
     g.take(0);
     g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
     EXPECT_EQ(dev.closes, 1);

@@ -1,0 +1,81 @@
+#include "limiter.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hvstor::perf::detail {
+namespace {
+
+// Floating-point accrual can leave a bucket a hair short of an amount it exactly reached.
+bool enough(double have, double need) { return have + 1e-9 * std::max(1.0, need) >= need; }
+
+Nanos time_for(double amount, double rate) {
+    const double ns = std::ceil(amount / rate * 1e9);
+    if (ns >= 9e18) return kNever / 2;
+    return std::max<Nanos>(1, Nanos(ns));
+}
+
+} // namespace
+
+LimiterSpec make_spec(double rate, BurstMode burst, double burst_rate, Nanos burst_duration,
+                      double burst_start, Nanos window, double unit) {
+    LimiterSpec s;
+    s.rate = rate;
+    s.burst = burst;
+    s.burst_rate = burst == BurstMode::Off ? 0 : std::max(burst_rate, rate);
+    const double win = double(window) / 1e9;
+    s.depth = std::max(rate * win, 2 * unit);
+    s.burst_depth = std::max(s.burst_rate * win, 2 * unit);
+    if (burst == BurstMode::Credit && s.burst_rate > rate) {
+        s.credit_capacity = (s.burst_rate - rate) * double(burst_duration) / 1e9;
+        s.credit_start = s.credit_capacity * std::clamp(burst_start, 0.0, 1.0);
+    }
+    return s;
+}
+
+Limiter::Limiter(const LimiterSpec& spec, Nanos start)
+    : spec_(spec), tokens_(spec.depth), credits_(spec.credit_start), peak_(spec.burst_depth), last_(start) {}
+
+void Limiter::refill(Nanos t) {
+    if (t <= last_) return;
+    const double dt = double(t - last_) / 1e9;
+    last_ = t;
+    if (uses_base()) {
+        tokens_ += spec_.rate * dt;
+        if (tokens_ > spec_.depth) {
+            if (spec_.burst == BurstMode::Credit)
+                credits_ = std::min(spec_.credit_capacity, credits_ + (tokens_ - spec_.depth));
+            tokens_ = spec_.depth;
+        }
+    }
+    if (uses_peak()) peak_ = std::min(spec_.burst_depth, peak_ + spec_.burst_rate * dt);
+}
+
+Nanos Limiter::wait(double cost) const {
+    Nanos w = 0;
+    if (uses_base()) {
+        const double need = std::min(cost, spec_.depth);
+        const double have = tokens_ + (spec_.burst == BurstMode::Credit ? credits_ : 0);
+        // Below the depth the credits cannot grow, so the sum rises at exactly the base rate.
+        if (!enough(have, need)) w = time_for(need - have, spec_.rate);
+    }
+    if (uses_peak()) {
+        const double need = std::min(cost, spec_.burst_depth);
+        if (!enough(peak_, need)) w = std::max(w, time_for(need - peak_, spec_.burst_rate));
+    }
+    return w;
+}
+
+void Limiter::take(double cost) {
+    if (uses_base()) {
+        tokens_ -= cost;
+        if (tokens_ < 0 && spec_.burst == BurstMode::Credit) {
+            const double m = std::min(credits_, -tokens_);
+            credits_ -= m;
+            tokens_ += m;
+        }
+    }
+    if (uses_peak()) peak_ -= cost;
+}
+
+} // namespace hvstor::perf::detail

@@ -1,0 +1,59 @@
+// An Azure-like disk: a Backend that wraps another one (the bytes) and decides when each
+// request is issued to it (IOPS and bandwidth caps with bursting, a host queue, an optional
+// outstanding limit, shared VM caps) and when it completes towards the guest (issue time plus
+// a sampled service latency, or the inner completion if that is later).
+//
+// Every request completes exactly once. Requests the inner backend would refuse (range,
+// alignment, read-only) complete at once with its error and cost nothing.
+// Destroying a model with requests still queued or in service lifts every cap and latency,
+// issues what is queued, and waits for the inner backend to complete it all.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "hvstor/backend/backend.h"
+#include "hvstor/perf/clock.h"
+#include "hvstor/perf/config.h"
+#include "hvstor/perf/stats.h"
+#include "hvstor/perf/vm.h"
+
+namespace hvstor::perf {
+
+// Tags the plain submit() calls made on this thread, for as long as it lives, with a channel
+// for queue=round-robin. Nests. Without one, submissions come from channel 0.
+class ChannelScope {
+public:
+    explicit ChannelScope(uint32_t channel);
+    ~ChannelScope();
+    ChannelScope(const ChannelScope&) = delete;
+    ChannelScope& operator=(const ChannelScope&) = delete;
+    static uint32_t current();
+
+private:
+    uint32_t prev_;
+};
+
+class ModelBackend : public backend::Backend {
+public:
+    // Backend::submit() uses ChannelScope::current().
+    virtual void submit_from(uint32_t channel, std::span<backend::Request* const> reqs) = 0;
+
+    virtual Stats stats() = 0;
+    virtual const ModelConfig& config() const = 0;
+    virtual backend::Backend& inner() = 0;
+    virtual Clock& clock() = 0;
+};
+
+// `clock`: nullptr for the host's monotonic clock (the model then owns one timer thread);
+// otherwise it must outlive the model. `vm` may be null. On a VirtualClock, drain() moves the
+// clock forward until everything has completed.
+// nullptr with a message in `err` when the settings are unusable or the timeline file cannot
+// be opened.
+std::unique_ptr<ModelBackend> make_model(std::unique_ptr<backend::Backend> inner,
+                                         const ModelConfig& cfg, Clock* clock,
+                                         std::shared_ptr<VmLimits> vm, std::string& err);
+
+} // namespace hvstor::perf

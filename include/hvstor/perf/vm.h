@@ -1,0 +1,36 @@
+// VM-level caps, shared by every disk of one VM. A disk's IO passes its own caps first and
+// then these, in the order IOs leave their disks (first come, first served across disks).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "hvstor/perf/clock.h"
+#include "hvstor/perf/config.h"
+#include "hvstor/perf/stats.h"
+
+namespace hvstor::perf {
+
+class VmLimits {
+public:
+    // nullptr with a message in `err` when the settings are unusable.
+    static std::shared_ptr<VmLimits> create(const VmConfig& cfg, std::string& err);
+    virtual ~VmLimits() = default;
+
+    const VmConfig& config() const { return cfg_; }
+
+    // The earliest time at or after `now` at which an IO costing `units` IOs and `bytes`
+    // bytes passes, after every IO reserved before it; it is counted as passing then.
+    // Every disk sharing this object must use the same clock.
+    virtual Nanos reserve(double units, double bytes, Nanos now) = 0;
+    virtual Credits credits(Nanos now) = 0;
+
+protected:
+    explicit VmLimits(const VmConfig& cfg) : cfg_(cfg) {}
+
+private:
+    VmConfig cfg_;
+};
+
+} // namespace hvstor::perf
