@@ -41,13 +41,10 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
         err = "lun must be below " + std::to_string(kMaxLuns);
         return false;
     }
-    {
-        std::lock_guard lock(mu_);
-        if (luns_[lun]) {
-            err = "lun " + std::to_string(lun) + " is already in use";
-            return false;
-        }
-        luns_[lun] = disk;
+    scsi::Disk* none = nullptr;
+    if (!luns_[lun].compare_exchange_strong(none, disk)) {
+        err = "lun " + std::to_string(lun) + " is already in use";
+        return false;
     }
     channels_[0]->request_enumerate();
     return true;
@@ -55,24 +52,19 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
 
 void Controller::detach(uint8_t lun) {
     if (lun >= kMaxLuns) return;
-    {
-        std::lock_guard lock(mu_);
-        luns_[lun] = nullptr;
-    }
+    luns_[lun].store(nullptr);
     channels_[0]->request_enumerate();
 }
 
 scsi::Disk* Controller::lookup(uint8_t path, uint8_t target, uint8_t lun) {
     if (path != 0 || target != 0 || lun >= kMaxLuns) return nullptr;
-    std::lock_guard lock(mu_);
-    return luns_[lun];
+    return luns_[lun].load(std::memory_order_acquire);
 }
 
 std::vector<uint16_t> Controller::luns() {
     std::vector<uint16_t> out;
-    std::lock_guard lock(mu_);
     for (size_t i = 0; i < kMaxLuns; i++)
-        if (luns_[i]) out.push_back(static_cast<uint16_t>(i));
+        if (luns_[i].load()) out.push_back(static_cast<uint16_t>(i));
     return out;
 }
 

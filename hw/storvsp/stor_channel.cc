@@ -347,13 +347,12 @@ void StorChannel::execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor&
 }
 
 void StorChannel::on_batch_end(vmbus::Channel&) {
+    // Entries stay, with their capacity, so batches allocate nothing once warm. A disk
+    // pointer is only used while its entry holds commands taken in this batch.
     for (auto& [disk, cmds] : batch_) {
         if (!cmds.empty()) disk->submit(cmds);
         cmds.clear();
     }
-    // Keep the per-disk vectors' capacity; forget disks that may go away.
-    batch_.erase(std::remove_if(batch_.begin(), batch_.end(), [](auto& b) { return b.second.empty(); }),
-                 batch_.end());
 }
 
 void StorChannel::release(IoContext* ctx) {

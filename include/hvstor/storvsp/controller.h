@@ -80,8 +80,9 @@ private:
     ControllerConfig cfg_;
     ControllerStats stats_;
 
-    mutable std::mutex mu_;
-    std::array<scsi::Disk*, kMaxLuns> luns_{};
+    mutable std::mutex mu_;  // channels_
+    // Read on every request by every channel's worker: no lock on that path.
+    std::array<std::atomic<scsi::Disk*>, kMaxLuns> luns_{};
     std::vector<std::unique_ptr<StorChannel>> channels_; // [0] primary
     uint32_t primary_relid_ = 0;
     std::atomic<bool> ready_{false}; // the primary finished the handshake

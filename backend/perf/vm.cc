@@ -1,0 +1,74 @@
+#include <algorithm>
+
+#include "hvstor/perf/vm.h"
+#include "limiter.h"
+
+namespace hvstor::perf {
+namespace {
+
+// The VM never queues anything itself: each IO reserves the moment it will pass, which keeps
+// disks first come, first served at the VM without one disk's timer issuing another's IO.
+class VmLimitsImpl final : public VmLimits {
+public:
+    explicit VmLimitsImpl(const VmConfig& cfg) : VmLimits(cfg) {}
+
+    Nanos reserve(double units, double bytes, Nanos now) override {
+        std::lock_guard lock(mu_);
+        start(now);
+        Nanos t = std::max(now, iops_.time());
+        iops_.refill(t);
+        bytes_.refill(t);
+        const Nanos w = std::max(iops_.wait(units), bytes_.wait(bytes));
+        t += w;
+        iops_.refill(t);
+        bytes_.refill(t);
+        iops_.take(units);
+        bytes_.take(bytes);
+        return t;
+    }
+
+    Credits credits(Nanos now) override {
+        std::lock_guard lock(mu_);
+        start(now);
+        iops_.refill(now);
+        bytes_.refill(now);
+        Credits c;
+        c.enabled = iops_.credit_mode() || bytes_.credit_mode();
+        c.iops = iops_.credits();
+        c.iops_capacity = iops_.credit_capacity();
+        c.bytes = bytes_.credits();
+        c.bytes_capacity = bytes_.credit_capacity();
+        return c;
+    }
+
+private:
+    // The buckets start counting at the first disk's first use, on that disk's clock.
+    void start(Nanos now) {
+        if (started_) return;
+        started_ = true;
+        const Caps& c = config().caps;
+        const double unit = 256 * 1024;
+        iops_ = detail::Limiter(detail::make_spec(c.iops, c.burst, c.burst_iops, c.burst_duration,
+                                                  c.burst_start, c.window, 1),
+                                now);
+        bytes_ = detail::Limiter(detail::make_spec(c.bytes_per_s, c.burst, c.burst_bytes_per_s,
+                                                   c.burst_duration, c.burst_start, c.window, unit),
+                                 now);
+    }
+
+    std::mutex mu_;
+    bool started_ = false;
+    detail::Limiter iops_, bytes_;
+};
+
+} // namespace
+
+std::shared_ptr<VmLimits> VmLimits::create(const VmConfig& cfg, std::string& err) {
+    if (cfg.caps.iops < 0 || cfg.caps.bytes_per_s < 0) {
+        err = "perf: VM caps must not be negative";
+        return nullptr;
+    }
+    return std::make_shared<VmLimitsImpl>(cfg);
+}
+
+} // namespace hvstor::perf
