@@ -3,7 +3,8 @@
 #
 #   scripts/boot.sh --qemu PATH [--kernel NAME|PATH] [--modules DIR] [--vcpus N] [--mem SIZE]
 #                   [--cmd 'shell command'] [--timeout SECONDS] [--log FILE]
-#                   [--append 'kernel args'] [--wait-disks N] [-- extra qemu args...]
+#                   [--append 'kernel args'] [--wait-disks N] [--ko FILE]...
+#                   [--results DIR] [-- extra qemu args...]
 #
 #   --kernel      debian-6.12 (default), debian-6.1, or a bzImage path (see guest-assets.sh)
 #   --modules     lib/modules/<version> tree for a bzImage path
@@ -15,17 +16,23 @@
 #   --log         keep the whole serial console log in FILE
 #   --append      more kernel command line arguments
 #   --wait-disks  in the guest, wait (up to 60 s) until N SCSI disks exist before the command
+#   --ko          a module built for the guest kernel (scripts/build-module.sh) that replaces
+#                 the stock one of the same name (repeatable; see guest-assets.sh)
+#   --results     results channel: a second serial port (guest /dev/ttyS1) backed by a file;
+#                 the command writes files under $HVSTOR_RESULTS in the guest and they are
+#                 unpacked into DIR after QEMU exits (with .exit-status). With --cmd only.
 #   -- ...        passed to QEMU as they are (for example -device hv-storvsc,...)
 #
-# Exit status: the guest command's; 124 when the timeout hit; 125 when the guest panicked
-# or QEMU ended without reporting the command's status; 1/2 for errors before the boot.
+# Exit status: the guest command's; 124 when the timeout hit; 125 when the guest panicked,
+# QEMU ended without reporting the command's status, or the command succeeded but its
+# results did not arrive whole; 1/2 for errors before the boot.
 # HVSTOR_BOOT_QUIET=1 adds "quiet" to the kernel command line.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 usage() {
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+  awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -40,6 +47,8 @@ TIMEOUT=''
 LOG=''
 APPEND=''
 WAIT_DISKS=0
+KO_ARGS=()
+RESULTS=''
 EXTRA=()
 
 need_arg() { [ "$2" -ge 2 ] || die "$1 needs a value (see --help)"; }
@@ -55,6 +64,8 @@ while [ $# -gt 0 ]; do
     --log)        need_arg "$1" $#; LOG=$2; shift 2 ;;
     --append)     need_arg "$1" $#; APPEND="$APPEND $2"; shift 2 ;;
     --wait-disks) need_arg "$1" $#; WAIT_DISKS=$2; shift 2 ;;
+    --ko)         need_arg "$1" $#; KO_ARGS+=(--ko "$2"); shift 2 ;;
+    --results)    need_arg "$1" $#; RESULTS=$2; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage ;;
     *) printf '[hvstor] error: unknown argument: %s\n' "$1" >&2; usage ;;
@@ -78,6 +89,11 @@ fi
 # --- guest assets ---------------------------------------------------------------------------
 asset_args=("$KERNEL_SPEC")
 [ -z "$MODULES_DIR" ] || asset_args+=(--modules "$MODULES_DIR")
+asset_args+=("${KO_ARGS[@]}")
+if [ -n "$RESULTS" ]; then
+  [ "$HAVE_CMD" = 1 ] || die "--results goes with --cmd"
+  mkdir -p "$RESULTS" || die "--results: cannot create $RESULTS"
+fi
 assets=$("$HVSTOR_ROOT/scripts/guest-assets.sh" "${asset_args[@]}") ||
   die "could not prepare guest assets for '$KERNEL_SPEC'"
 KERNEL='' INITRD=''
@@ -113,6 +129,7 @@ fi
 CMDLINE="console=ttyS0 panic=-1"
 [ "${HVSTOR_BOOT_QUIET:-0}" != 1 ] || CMDLINE="$CMDLINE quiet"
 [ "$WAIT_DISKS" = 0 ] || CMDLINE="$CMDLINE hvstor.wait_disks=$WAIT_DISKS"
+[ -z "$RESULTS" ] || CMDLINE="$CMDLINE hvstor.results=ttyS1"
 CMDLINE="$CMDLINE${APPEND}"
 
 QARGS=(-machine q35 -accel tcg -cpu max -smp "$VCPUS" -m "$MEM"
@@ -141,6 +158,11 @@ CONSOLE=${LOG:-$RUN_DIR/console.log}
 mkdir -p "$(dirname "$CONSOLE")"
 : > "$CONSOLE"
 QARGS+=(-serial "file:$CONSOLE" -monitor none)
+if [ -n "$RESULTS" ]; then
+  # The console is the first serial port (ttyS0); this one is the second (ttyS1).
+  : > "$RUN_DIR/results.tar"
+  QARGS+=(-chardev "file,id=hvres,path=$RUN_DIR/results.tar" -device isa-serial,chardev=hvres)
+fi
 
 # Prints the command's console lines (between the markers, \r stripped) as they arrive;
 # writes the exit status to $RUN_DIR/status and the time the guest got ready to $RUN_DIR/ready.
@@ -194,8 +216,21 @@ fail() {
   exit "$code"
 }
 
+# Unpacks the results archive into $RESULTS; returns 1 when it is missing or truncated.
+unpack_results() {
+  [ -n "$RESULTS" ] || return 0
+  [ -s "$RUN_DIR/results.tar" ] || return 1
+  tar -x -f "$RUN_DIR/results.tar" -C "$RESULTS" 2>"$RUN_DIR/results.err" || return 1
+  [ -f "$RESULTS/.exit-status" ]
+}
+results_ok=1
+unpack_results || results_ok=0
+
 if [ -s "$RUN_DIR/status" ]; then
   status=$(cat "$RUN_DIR/status")
+  if [ "$results_ok" = 0 ] && [ "$status" = 0 ]; then
+    fail 125 "the command succeeded but its results did not arrive whole on the results port ($(head -c 200 "$RUN_DIR/results.err" 2>/dev/null))"
+  fi
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     log "warning: the guest reported its status but did not power off before the timeout"
   fi

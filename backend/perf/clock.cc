@@ -14,7 +14,7 @@ namespace {
 
 class ThreadTimer final : public Timer {
 public:
-    explicit ThreadTimer(std::function<void()> fire) : fire_(std::move(fire)) {
+    ThreadTimer(std::function<void()> fire, Nanos min_period) : fire_(std::move(fire)), min_period_(min_period) {
         thread_ = std::thread([this] { loop(); });
     }
     ~ThreadTimer() override {
@@ -49,12 +49,13 @@ private:
                 continue;
             }
             using namespace std::chrono;
-            const steady_clock::time_point when{nanoseconds(deadline_)};
+            const steady_clock::time_point when{nanoseconds(std::max(deadline_, last_fire_ + min_period_))};
             if (steady_clock::now() < when) {
                 cv_.wait_until(lock, when);
                 continue;
             }
             deadline_ = kNever;
+            last_fire_ = duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
             lock.unlock();
             fire_();
             lock.lock();
@@ -62,9 +63,11 @@ private:
     }
 
     std::function<void()> fire_;
+    const Nanos min_period_;
     std::mutex mu_;
     std::condition_variable cv_;
     Nanos deadline_ = kNever;
+    Nanos last_fire_ = 0;
     bool stop_ = false;
     std::thread thread_;
 };
@@ -78,7 +81,7 @@ Nanos HostClock::now() const {
 }
 
 std::unique_ptr<Timer> HostClock::make_timer(std::function<void()> fire) {
-    return std::make_unique<ThreadTimer>(std::move(fire));
+    return std::make_unique<ThreadTimer>(std::move(fire), min_period_);
 }
 
 class VirtualClock::VTimer final : public Timer {

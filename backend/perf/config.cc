@@ -293,7 +293,7 @@ const char* kModelKeys =
     "profile, name, iops, mbps, bps, burst, burst.iops, burst.mbps, burst.bps, burst.duration, burst.start, "
     "window, io-unit, read.iops, read.mbps, write.iops, write.mbps, latency, latency.read, latency.write, "
     "latency.flush, latency.per-kib, spike.prob, spike.latency, queue, max-outstanding, seed, "
-    "stats.interval, timeline, time-scale";
+    "stats.interval, timeline, timer.min-period, time-scale";
 const char* kVmKeys =
     "profile, iops, mbps, bps, burst, burst.iops, burst.mbps, burst.bps, burst.duration, burst.start, window, "
     "time-scale";
@@ -408,6 +408,12 @@ bool parse_model_config(std::string_view text, ModelConfig& out, std::string& er
                 return false;
             }
             c.seed = u;
+        } else if (k == "timer.min-period") {
+            if (!parse_duration(v, ns) || ns > kSec) {
+                err = bad(p, "expected a duration up to 1s such as 50us");
+                return false;
+            }
+            c.timer_min_period = ns;
         } else if (k == "stats.interval") {
             if (!parse_duration(v, ns) || ns < kMs) {
                 err = bad(p, "expected a duration of at least 1ms");

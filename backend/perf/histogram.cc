@@ -63,6 +63,8 @@ Nanos Histogram::percentile(double p) const {
     if (count_ == 0) return 0;
     p = std::clamp(p, 0.0, 100.0);
     const uint64_t rank = std::max<uint64_t>(1, uint64_t(std::ceil(p / 100.0 * double(count_))));
+    if (rank >= count_) return max_;
+    if (rank == 1) return min_;
     uint64_t seen = 0;
     for (size_t i = 0; i < kBuckets; i++) {
         seen += buckets_[i];

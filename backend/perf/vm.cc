@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <mutex>
 
 #include "hvstor/perf/vm.h"
 #include "limiter.h"
@@ -30,14 +31,16 @@ public:
     Credits credits(Nanos now) override {
         std::lock_guard lock(mu_);
         start(now);
-        iops_.refill(now);
-        bytes_.refill(now);
+        // Copies: refilling the real buckets would move the VM's time past IOs still to come.
+        detail::Limiter iops = iops_, bytes = bytes_;
+        iops.refill(now);
+        bytes.refill(now);
         Credits c;
-        c.enabled = iops_.credit_mode() || bytes_.credit_mode();
-        c.iops = iops_.credits();
-        c.iops_capacity = iops_.credit_capacity();
-        c.bytes = bytes_.credits();
-        c.bytes_capacity = bytes_.credit_capacity();
+        c.enabled = iops.credit_mode() || bytes.credit_mode();
+        c.iops = iops.credits();
+        c.iops_capacity = iops.credit_capacity();
+        c.bytes = bytes.credits();
+        c.bytes_capacity = bytes.credit_capacity();
         return c;
     }
 
@@ -69,6 +72,12 @@ std::shared_ptr<VmLimits> VmLimits::create(const VmConfig& cfg, std::string& err
         return nullptr;
     }
     return std::make_shared<VmLimitsImpl>(cfg);
+}
+
+std::shared_ptr<VmLimits> VmLimits::create(std::string_view settings, std::string& err) {
+    VmConfig cfg;
+    if (!parse_vm_config(settings, cfg, err)) return nullptr;
+    return create(cfg, err);
 }
 
 } // namespace hvstor::perf

@@ -10,6 +10,10 @@
 
 #include "hvstor/backend/backend.h"
 #include "hvstor/hyperv/partition.h"
+#include "hvstor/perf/config.h"
+#include "hvstor/perf/model.h"
+#include "hvstor/perf/timeline.h"
+#include "hvstor/perf/vm.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/controller.h"
 #include "hvstor/vmbus/server.h"
@@ -53,6 +57,8 @@ struct HvstorVmbus {
     hvstor::hv::Partition partition;
     hvstor::vmbus::Server server;
 
+    std::shared_ptr<hvstor::perf::VmLimits> vm_limits;
+
     HvstorVmbus(const HvstorHostOps& ops, uint32_t nr_vps, uint16_t port, uint32_t max_version)
         : host(ops), partition(host, {nr_vps, port}), server(partition.synic(), {max_version, 65536, 1024}) {
         partition.set_message_handler(&server);
@@ -61,12 +67,15 @@ struct HvstorVmbus {
 
 struct HvstorController {
     std::unique_ptr<hvstor::storvsp::Controller> ctl;
+    HvstorVmbus* vb = nullptr;
 };
 
 struct HvstorDisk {
     hvstor::storvsp::Controller* ctl = nullptr;
     uint8_t lun = 0;
-    std::unique_ptr<hvstor::backend::Backend> backend;
+    std::string name;
+    std::unique_ptr<hvstor::backend::Backend> backend;  // the model when there is one
+    hvstor::perf::ModelBackend* model = nullptr;         // = backend.get() or null
     std::unique_ptr<hvstor::scsi::Disk> disk;
 };
 
@@ -149,6 +158,7 @@ HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[
         hvstor::vmbus::Guid g;
         std::memcpy(g.bytes.data(), instance, 16);
         auto c = std::make_unique<HvstorController>();
+        c->vb = vb;
         c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->partition.synic(), vb->server, g, cc);
         std::string e;
         if (!c->ctl->start(e)) throw std::runtime_error(e);
@@ -187,6 +197,16 @@ HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, ch
         auto d = std::make_unique<HvstorDisk>();
         d->ctl = c->ctl.get();
         d->lun = cfg->lun;
+        d->name = cfg->name && *cfg->name ? cfg->name : "lun" + std::to_string(cfg->lun);
+        if (cfg->perf && *cfg->perf) {
+            hvstor::perf::ModelConfig mc;
+            if (!hvstor::perf::parse_model_config(cfg->perf, mc, e)) throw std::invalid_argument(e);
+            if (mc.name.empty()) mc.name = d->name;
+            auto model = hvstor::perf::make_model(std::move(be), mc, nullptr, c->vb->vm_limits, e);
+            if (!model) throw std::invalid_argument(e);
+            d->model = model.get();
+            be = std::move(model);
+        }
         d->backend = std::move(be);
         hvstor::scsi::DiskConfig dc;
         if (cfg->serial) dc.serial = cfg->serial;
@@ -207,6 +227,39 @@ void hvstor_disk_free(HvstorDisk* d) {
 }
 
 uint64_t hvstor_disk_size(HvstorDisk* d) { return d->backend->size(); }
+
+bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
+    try {
+        hvstor::perf::VmConfig vc;
+        std::string e;
+        if (!hvstor::perf::parse_vm_config(spec ? spec : "", vc, e)) throw std::invalid_argument(e);
+        auto limits = hvstor::perf::VmLimits::create(vc, e);
+        if (!limits) throw std::invalid_argument(e);
+        vb->vm_limits = std::move(limits);
+        return true;
+    } catch (const std::exception& e) {
+        if (err) *err = dup_message(e.what());
+        return false;
+    }
+}
+
+char* hvstor_disk_stats_json(HvstorDisk* d) {
+    try {
+        std::string out;
+        if (d->model) {
+            out = hvstor::perf::TimelineWriter::format(d->name, d->model->stats());
+        } else {
+            const auto& s = d->disk->stats();
+            out = "{\"disk\":\"" + d->name + "\",\"model\":false,\"reads\":" + std::to_string(s.reads.load()) +
+                  ",\"writes\":" + std::to_string(s.writes.load()) + ",\"bytes_read\":" +
+                  std::to_string(s.bytes_read.load()) + ",\"bytes_written\":" + std::to_string(s.bytes_written.load()) +
+                  ",\"errors\":" + std::to_string(s.errors.load()) + "}";
+        }
+        return dup_message(out);
+    } catch (const std::exception&) {
+        return nullptr;
+    }
+}
 
 void hvstor_vmbus_stats(HvstorVmbus* vb, HvstorStats* out) {
     auto p = vb->partition.stats();

@@ -52,6 +52,7 @@ struct HvDisk {
     bool readonly;
     bool direct;
     char *serial;
+    char *perf;
     HvstorDisk *disk;
 };
 
@@ -131,6 +132,8 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
         .direct = d->direct,
         .serial = d->serial,
         .lun = d->lun,
+        .perf = d->perf,
+        .name = dev->id,
     };
     char *err = NULL;
 
@@ -153,7 +156,28 @@ static const Property hv_disk_props[] = {
     DEFINE_PROP_BOOL("readonly", HvDisk, readonly, false),
     DEFINE_PROP_BOOL("direct", HvDisk, direct, true),
     DEFINE_PROP_STRING("serial", HvDisk, serial),
+    DEFINE_PROP_STRING("perf", HvDisk, perf),
 };
+
+/* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */
+static char *hv_disk_get_stats(Object *obj, Error **errp)
+{
+    HvDisk *d = HV_DISK(obj);
+    char *json, *copy;
+
+    if (!d->disk) {
+        error_setg(errp, "hv-disk is not realized");
+        return NULL;
+    }
+    json = hvstor_disk_stats_json(d->disk);
+    if (!json) {
+        error_setg(errp, "hv-disk: statistics unavailable");
+        return NULL;
+    }
+    copy = g_strdup(json);
+    free(json);
+    return copy;
+}
 
 static void hv_disk_class_init(ObjectClass *klass, void *data)
 {
@@ -166,6 +190,7 @@ static void hv_disk_class_init(ObjectClass *klass, void *data)
     dc->hotpluggable = false;
     device_class_set_props(dc, hv_disk_props);
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
+    object_class_property_add_str(klass, "stats", hv_disk_get_stats, NULL);
 }
 
 static const TypeInfo hv_storvsc_types[] = {

@@ -31,6 +31,7 @@ struct HvVmbusBridge {
     ISADevice parent_obj;
     uint32_t hypercall_port;
     char *vmbus_version;
+    char *vm_perf;
     MemoryRegion io;
     HvstorVmbus *vb;
     /* Vectors raised by device threads, delivered by a bottom half: 256 bits per VP. */
@@ -287,6 +288,13 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
     s->nr_vps = ms->smp.max_cpus;
     s->pending_vectors = g_new0(uint64_t, (size_t)s->nr_vps * 4);
     s->raise_bh = qemu_bh_new(raise_bh, s);
+    if (s->vm_perf && *s->vm_perf && !hvstor_vmbus_set_vm_perf(s->vb, s->vm_perf, &err)) {
+        error_setg(errp, "hv-vmbus-bridge: vm-perf: %s", err ? err : "out of memory");
+        free(err);
+        hvstor_vmbus_free(s->vb);
+        s->vb = NULL;
+        return;
+    }
     memory_region_init_io(&s->io, OBJECT(dev), &hypercall_port_ops, s,
                           "hv-hypercall", 4);
     isa_register_ioport(ISA_DEVICE(dev), &s->io, s->hypercall_port);
@@ -324,6 +332,8 @@ static const Property hv_vmbus_bridge_props[] = {
     DEFINE_PROP_UINT32("hypercall-port", HvVmbusBridge, hypercall_port,
                        HV_VMBUS_DEFAULT_HYPERCALL_PORT),
     DEFINE_PROP_STRING("vmbus-version", HvVmbusBridge, vmbus_version),
+    /* VM-level caps shared by the disks, e.g. "profile=Standard_F32s_v2". */
+    DEFINE_PROP_STRING("vm-perf", HvVmbusBridge, vm_perf),
 };
 
 static void hv_vmbus_bridge_init(Object *obj)

@@ -1,5 +1,7 @@
 #include "stor_channel.h"
 
+#include "hvstor/perf/model.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -349,6 +351,8 @@ void StorChannel::execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor&
 void StorChannel::on_batch_end(vmbus::Channel&) {
     // Entries stay, with their capacity, so batches allocate nothing once warm. A disk
     // pointer is only used while its entry holds commands taken in this batch.
+    // The channel tag lets a performance model queue fairly between channels.
+    perf::ChannelScope tag(index_);
     for (auto& [disk, cmds] : batch_) {
         if (!cmds.empty()) disk->submit(cmds);
         cmds.clear();

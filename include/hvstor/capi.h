@@ -97,9 +97,24 @@ typedef struct HvstorDiskConfig {
     bool direct;          /* file: O_DIRECT where the file system allows it */
     const char *serial;   /* may be NULL */
     uint8_t lun;
+    /*
+     * Azure-like performance model between the controller and the backend, e.g.
+     * "profile=premium-p10,time-scale=8" (docs/perf-model.md); NULL or "" for none.
+     */
+    const char *perf;
+    const char *name;     /* for statistics and the timeline */
 } HvstorDiskConfig;
 
 HvstorDisk *hvstor_disk_new(HvstorController *c, const HvstorDiskConfig *cfg, char **err);
+/*
+ * VM-level caps shared by the modelled disks created afterwards, e.g.
+ * "profile=Standard_F32s_v2,time-scale=8". False with a message on bad settings.
+ */
+bool hvstor_vmbus_set_vm_perf(HvstorVmbus *vb, const char *spec, char **err);
+
+/* The disk's live statistics as one JSON object (malloc'd; free() it). */
+char *hvstor_disk_stats_json(HvstorDisk *d);
+
 /* Detaches the disk and waits for its outstanding I/O. */
 void hvstor_disk_free(HvstorDisk *d);
 uint64_t hvstor_disk_size(HvstorDisk *d);

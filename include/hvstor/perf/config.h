@@ -42,8 +42,8 @@ struct Caps {
     // Credit: a full bucket lasts this long at the burst rate (it holds (burst - base) x this).
     Nanos burst_duration = 1800 * kSec;
     double burst_start = 1.0;  // Credit: how full the buckets start, 0 to 1
-    // Depth of the buckets as time at their rate (at least two accounting units), so that a
-    // timer waking a little late loses no throughput; also the largest instant burst.
+    // Depth of the buckets as time at their rate (at least two accounting units): the most an
+    // idle disk lets through at once before pacing starts.
     Nanos window = 1 * kMs;
 };
 
@@ -69,6 +69,11 @@ struct ModelConfig {
     Discipline queue = Discipline::Fifo;
     uint32_t max_outstanding = 0;  // IOs in service at once, 0: no limit
     uint64_t seed = 1;
+
+    // With the host clock the model owns: the shortest time between two wake-ups of its timer
+    // thread. Caps still hold exactly (admissions are timed in model time); completions may
+    // be late by up to this much. Not time-scaled.
+    Nanos timer_min_period = 50 * kUs;
 
     Nanos stats_interval = 1 * kSec;
     std::string timeline;  // JSON-lines file the model appends one object per interval to

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "hvstor/backend/backend.h"
 #include "hvstor/perf/clock.h"
@@ -54,6 +55,11 @@ public:
 // be opened.
 std::unique_ptr<ModelBackend> make_model(std::unique_ptr<backend::Backend> inner,
                                          const ModelConfig& cfg, Clock* clock,
+                                         std::shared_ptr<VmLimits> vm, std::string& err);
+
+// The same from a property string (parse_model_config), on the host clock: what a QEMU disk
+// property needs. `inner` is released on failure.
+std::unique_ptr<ModelBackend> make_model(std::unique_ptr<backend::Backend> inner, std::string_view settings,
                                          std::shared_ptr<VmLimits> vm, std::string& err);
 
 } // namespace hvstor::perf

@@ -16,8 +16,9 @@ struct Credits {
     double bytes = 0, bytes_capacity = 0;  // bytes above base left in the bandwidth bucket
 };
 
-// One stats interval [start, end), the last one completed. Completions count in the interval
-// they complete in; throttle delays in the interval the IO was issued in.
+// One stats interval [start, end), the last one completed (the first one starts when the
+// model is created). Completions count in the interval they complete in; throttle delays in
+// the interval the IO was issued in.
 struct IntervalStats {
     Nanos start = 0, end = 0;  // end == 0: no interval has completed yet
     uint64_t ios = 0, reads = 0, writes = 0, bytes = 0;

@@ -32,8 +32,8 @@ public:
     // Writes whatever is due now and flushes the file.
     void poll();
 
-    // The line for one interval of one disk, without the newline.
-    static std::string format(const std::string& name, const Stats& s);
+    // The line for one interval of one disk, without the newline; "t" counts from `origin`.
+    static std::string format(const std::string& name, const Stats& s, Nanos origin = 0);
 
 private:
     TimelineWriter(Clock& clock, std::FILE* f, Nanos interval);
@@ -47,6 +47,7 @@ private:
     Clock& clock_;
     std::FILE* file_;
     Nanos interval_;
+    Nanos origin_;  // the interval boundary at or before the writer's creation
     std::mutex mu_;
     std::vector<Entry> disks_;
     std::unique_ptr<Timer> timer_;

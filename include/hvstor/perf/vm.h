@@ -3,8 +3,8 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
+#include <string_view>
 
 #include "hvstor/perf/clock.h"
 #include "hvstor/perf/config.h"
@@ -16,6 +16,8 @@ class VmLimits {
 public:
     // nullptr with a message in `err` when the settings are unusable.
     static std::shared_ptr<VmLimits> create(const VmConfig& cfg, std::string& err);
+    // From a property string (parse_vm_config).
+    static std::shared_ptr<VmLimits> create(std::string_view settings, std::string& err);
     virtual ~VmLimits() = default;
 
     const VmConfig& config() const { return cfg_; }

@@ -1,0 +1,65 @@
+# The performance model in a real guest (stock 6.12, TCG), Premium SSD P10 without
+# bursting: 500 IOPS, lognormal read/write latency with p50 2 ms.
+#  1. 4 KiB random read at QD8 measures 500 IOPS within 3%.
+#  2. QD1 p50 latency within 10% of the profile's 2 ms as the disk serves it (the model's
+#     own timeline), with the profile's bursting left on: without it a QD1 reader at 2 ms
+#     sits right at P10's 500 IOPS and the cap, not the latency, sets the pace (as on
+#     Azure). The guest sees more: under TCG, waking the idle guest for each completion
+#     adds 0.15-1 ms. That is reported and bounded, not hidden (docs/perf-model.md).
+#  3. A QD1 write behind a QD64 random-read load: with one FIFO it waits behind the queued
+#     reads (Little's law: about 64 / 500 IOPS = 128 ms); with per-direction queues far less.
+# QEMU's -device syntax doubles commas inside a property value.
+. "$(dirname "$0")/../boot-lib.sh"
+
+P10="profile=premium-p10,,burst=off"
+export HVSTOR_BOOT_QUIET=1 # kernel messages would interleave with the JSON
+FIO_COMMON="--filename=/dev/sda --direct=1 --ioengine=libaio --bs=4k --size=1G --output-format=json"
+FIGURE="python3 $HVSTOR_ROOT/tests/fio-json.py"
+read -r -d '' GUEST <<SH
+echo FIO-JSON-BEGIN qd8
+fio --name=qd8 $FIO_COMMON --rw=randread --iodepth=8 --time_based --runtime=20 --ramp_time=3
+echo FIO-JSON-END
+SH
+boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$GUEST" \
+  -- -device hv-storvsc,id=s -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=$P10"
+check "guest command finished" [ "$BOOT_RC" = 0 ]
+iops=$($FIGURE "$OUT" qd8 qd8 read.iops)
+read -r -d '' QD1 <<SH
+echo FIO-JSON-BEGIN qd1
+fio --name=qd1 $FIO_COMMON --rw=randread --iodepth=1 --time_based --runtime=15
+echo FIO-JSON-END
+SH
+TL=$(mktemp)
+boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$QD1" \
+  -- -device hv-storvsc,id=s -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=profile=premium-p10,,timeline=$TL"
+p50=$($FIGURE "$OUT" qd1 qd1 read.clat_p50_us)
+# The last full interval of the model's timeline: lat_ms.p50.
+model_p50=$(python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1]) if x.strip()]; print(l[-2]["lat_ms"]["p50"] * 1000)' "$TL")
+rm -f "$TL"
+echo "  measured: QD8 $iops IOPS (want 500 +- 3%); QD1 p50: disk ${model_p50} us (want 2000 +- 10%), guest ${p50} us"
+check "QD8 IOPS within 3% of 500" awk -v x="${iops:-0}" 'BEGIN { exit !(x >= 485 && x <= 515) }'
+check "QD1 p50 as served within 10% of the profile's 2 ms" awk -v x="${model_p50:-0}" 'BEGIN { exit !(x >= 1800 && x <= 2200) }'
+check "QD1 p50 in the guest: at least the disk's, at most 0.6 ms more (TCG wake-up)" \
+  awk -v g="${p50:-0}" -v d="${model_p50:-0}" 'BEGIN { exit !(g >= d && g <= d + 600) }'
+
+hol() { # queue discipline -> mean write completion latency (us) of the QD1 writer
+  local q=$1
+  read -r -d '' G <<SH2
+echo FIO-JSON-BEGIN hol
+fio --name=hogs $FIO_COMMON --rw=randread --iodepth=64 --time_based --runtime=15 --ramp_time=3 \
+    --name=wal $FIO_COMMON --offset=2G --rw=write --iodepth=1 --time_based --runtime=15 --ramp_time=3
+echo FIO-JSON-END
+SH2
+  boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$G" \
+    -- -device hv-storvsc,id=s \
+       -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=$P10,,queue=$q"
+  $FIGURE "$OUT" hol wal write.clat_mean_us
+}
+fifo=$(hol fifo)
+perdir=$(hol per-direction)
+echo "  measured: QD1 write behind QD64 reads: FIFO ${fifo} us, per-direction ${perdir} us (Little: ~128000 us)"
+check "FIFO: the write waits behind the reads (Little's law within 25%)" \
+  awk -v x="${fifo:-0}" 'BEGIN { exit !(x >= 0.75 * 130000 && x <= 1.25 * 130000) }'
+check "per-direction: far less (under a fifth of FIFO)" \
+  awk -v a="${perdir:-0}" -v b="${fifo:-0}" 'BEGIN { exit !(a > 0 && a < b / 5) }'
+finish

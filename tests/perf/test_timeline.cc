@@ -1,0 +1,137 @@
+// The JSON-lines timeline and the histogram behind the percentiles.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "hvstor/perf/timeline.h"
+#include "load.h"
+
+namespace hvstor::perf {
+namespace {
+
+using backend::Op;
+using test::Load;
+using test::make_disk;
+
+std::vector<std::string> read_lines(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<std::string> v;
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    return v;
+}
+
+double field(const std::string& line, const std::string& key) {
+    const size_t p = line.find("\"" + key + "\":");
+    if (p == std::string::npos) return -1;
+    return std::strtod(line.c_str() + p + key.size() + 3, nullptr);
+}
+
+TEST(PerfTimeline, OneLinePerIntervalPerDisk) {
+    const std::string path = testing::TempDir() + "perf-timeline.jsonl";
+    VirtualClock clock;
+    auto a = make_disk("iops=500,latency=2ms", clock);
+    auto b = make_disk("iops=500,burst=credit,burst.iops=1000,burst.duration=10s,latency=2ms", clock);
+    ASSERT_TRUE(a && b);
+    std::string err;
+    auto tl = TimelineWriter::open(clock, path, kSec, err);
+    ASSERT_TRUE(tl) << err;
+    tl->add("disk \"a\"", *a);
+    tl->add("b", *b);
+    Load la(*a, {{Op::Read, 4096, 32}}), lb(*b, {{Op::Write, 8192, 32}});
+    la.start_all();
+    lb.start_all();
+    clock.run_until(5 * kSec + 1);
+    const auto lines = read_lines(path);
+    ASSERT_EQ(lines.size(), 10u);
+    for (size_t i = 0; i < lines.size(); i++) {
+        const std::string& l = lines[i];
+        EXPECT_EQ(l.front(), '{');
+        EXPECT_EQ(l.back(), '}');
+        EXPECT_EQ(field(l, "t"), double(i / 2 + 1)) << l;
+        EXPECT_EQ(field(l, "interval"), 1.0);
+        EXPECT_NE(l.find("\"lat_ms\":{\"mean\":"), std::string::npos) << l;
+        EXPECT_NE(l.find("\"throttle_ms\":{\"mean\":"), std::string::npos) << l;
+        EXPECT_NE(l.find("\"queue\":{\"now\":"), std::string::npos) << l;
+        if (i % 2 == 0) {
+            EXPECT_NE(l.find("\"disk\":\"disk \\\"a\\\"\""), std::string::npos) << l;
+            EXPECT_NE(l.find("\"credits\":null"), std::string::npos) << l;
+            if (i > 0) {
+                EXPECT_NEAR(field(l, "iops"), 500, 5) << l;
+                EXPECT_NEAR(field(l, "p50"), 64, 1.5) << l;  // 32 / 500 per second
+            }
+        } else {
+            EXPECT_NE(l.find("\"credits\":{\"iops\":"), std::string::npos) << l;
+            if (i > 1) {
+                EXPECT_NEAR(field(l, "iops"), 1000, 10) << l;
+            }
+            EXPECT_NEAR(field(l, "write_iops"), field(l, "iops"), 0.01) << l;
+            EXPECT_NEAR(field(l, "mbps"), field(l, "iops") * 8192 / 1e6, 0.01) << l;
+        }
+        EXPECT_NE(l.find("\"vm_credits\":null"), std::string::npos) << l;
+    }
+    // Credits fall by 500 a second on disk b.
+    EXPECT_NEAR(field(lines[9], "iops_pct"), 100.0 * (5000 - 2500) / 5000, 1);
+    tl->remove(*a);
+    clock.run_until(6 * kSec + 1);
+    EXPECT_EQ(read_lines(path).size(), 11u);
+    la.stop_all();
+    lb.stop_all();
+    tl.reset();
+    a->drain();
+    b->drain();
+    std::remove(path.c_str());
+}
+
+TEST(PerfTimeline, FromTheSettingsString) {
+    const std::string path = testing::TempDir() + "perf-timeline2.jsonl";
+    VirtualClock clock;
+    {
+        auto d = make_disk("name=sda,iops=100,latency=1ms,stats.interval=500ms,timeline=" + path, clock);
+        ASSERT_TRUE(d);
+        Load l(*d, {{Op::Read, 4096, 4}});
+        l.start_all();
+        clock.run_until(2 * kSec + 1);
+        l.stop_all();
+        d->drain();
+    }
+    const auto lines = read_lines(path);
+    ASSERT_GE(lines.size(), 4u);
+    EXPECT_NE(lines[0].find("\"disk\":\"sda\""), std::string::npos);
+    EXPECT_EQ(field(lines[3], "t"), 2.0);
+    EXPECT_NEAR(field(lines[3], "iops"), 100, 2);
+    std::string err;
+    EXPECT_FALSE(make_disk("timeline=/nonexistent/dir/x.jsonl", clock, nullptr, &err));
+    EXPECT_NE(err.find("cannot open timeline"), std::string::npos) << err;
+    std::remove(path.c_str());
+}
+
+TEST(PerfHistogram, Percentiles) {
+    Histogram h;
+    EXPECT_EQ(h.percentile(50), 0);
+    for (Nanos v = 1; v <= 100000; v++) h.add(v * 1000);
+    EXPECT_NEAR(double(h.percentile(50)), 50e6, 50e6 * 0.004);
+    EXPECT_NEAR(double(h.percentile(99)), 99e6, 99e6 * 0.004);
+    EXPECT_NEAR(double(h.percentile(99.9)), 99.9e6, 99.9e6 * 0.004);
+    EXPECT_EQ(h.percentile(100), 100000 * 1000);
+    EXPECT_EQ(h.percentile(0), 1000);
+    const LatencySummary s = h.summary();
+    EXPECT_EQ(s.count, 100000u);
+    EXPECT_NEAR(s.mean, 50000.5e3, 1);
+    EXPECT_EQ(s.p50, h.percentile(50));
+    EXPECT_EQ(s.p999, h.percentile(99.9));
+    Histogram small;
+    for (Nanos v = 0; v < 256; v++) small.add(v);
+    EXPECT_EQ(small.percentile(50), 127);  // exact below 256 ns
+    h.merge(small);
+    EXPECT_EQ(h.count(), 100256u);
+    h.clear();
+    EXPECT_EQ(h.count(), 0u);
+    h.add(-5);  // clamps
+    h.add(Nanos(1) << 50);
+    EXPECT_EQ(h.percentile(0), 0);
+    EXPECT_EQ(h.percentile(100), (Nanos(1) << 42) - 1);
+}
+
+} // namespace
+} // namespace hvstor::perf

@@ -1,0 +1,110 @@
+// VM caps shared by the disks of one VM, applied after each disk's own.
+#include <gtest/gtest.h>
+
+#include "load.h"
+
+namespace hvstor::perf {
+namespace {
+
+using backend::Op;
+using test::Load;
+using test::make_disk;
+
+std::shared_ptr<VmLimits> make_vm(const std::string& settings) {
+    std::string err;
+    auto vm = VmLimits::create(settings, err);
+    EXPECT_TRUE(vm) << err;
+    return vm;
+}
+
+TEST(PerfVm, SettingsErrors) {
+    std::string err;
+    EXPECT_FALSE(VmLimits::create("profile=standard-f32s-v2,iops=lots", err));
+    EXPECT_NE(err.find("iops=lots"), std::string::npos) << err;
+}
+
+struct TwoDisks {
+    VirtualClock clock;
+    std::shared_ptr<VmLimits> vm;
+    std::unique_ptr<ModelBackend> a, b;
+    std::unique_ptr<Load> la, lb;
+    TwoDisks(const std::string& vm_settings, const std::string& da, const std::string& db, uint32_t qd = 64,
+             uint64_t bs = 4096) {
+        vm = make_vm(vm_settings);
+        a = make_disk(da, clock, vm);
+        b = make_disk(db, clock, vm);
+        la = std::make_unique<Load>(*a, std::vector<test::JobSpec>{{Op::Read, bs, qd}});
+        lb = std::make_unique<Load>(*b, std::vector<test::JobSpec>{{Op::Read, bs, qd}});
+    }
+    // IOPS of each disk between from and to.
+    std::pair<double, double> rates(Nanos from, Nanos to) {
+        clock.run_until(from);
+        const uint64_t a0 = la->completed(0), b0 = lb->completed(0);
+        clock.run_until(to);
+        const double secs = double(to - from) / 1e9;
+        return {double(la->completed(0) - a0) / secs, double(lb->completed(0) - b0) / secs};
+    }
+    ~TwoDisks() {
+        la->stop_all();
+        lb->stop_all();
+        a->drain();
+        b->drain();
+    }
+};
+
+TEST(PerfVm, CapSharedAcrossTwoDisks) {
+    TwoDisks t("iops=6000", "iops=5000,latency=1ms", "iops=5000,latency=1ms");
+    t.la->start_all();
+    t.lb->start_all();
+    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    EXPECT_NEAR(ra + rb, 6000, 60);
+    EXPECT_NEAR(ra, 3000, 150);
+    EXPECT_NEAR(rb, 3000, 150);
+    // Waiting for the VM counts as waiting in the host.
+    EXPECT_GT(t.a->stats().queued, 0u);
+}
+
+TEST(PerfVm, ADiskAloneIsHeldByItsOwnCap) {
+    TwoDisks t("iops=6000", "iops=5000,latency=1ms", "iops=5000,latency=1ms");
+    t.la->start_all();
+    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    EXPECT_NEAR(ra, 5000, 50);
+    EXPECT_EQ(rb, 0);
+}
+
+TEST(PerfVm, DiskCapsApplyFirst) {
+    TwoDisks t("iops=6000", "iops=1000,latency=1ms", "iops=10000,latency=1ms");
+    t.la->start_all();
+    t.lb->start_all();
+    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    EXPECT_NEAR(ra, 1000, 10);
+    EXPECT_NEAR(rb, 5000, 60);
+}
+
+TEST(PerfVm, BandwidthCapShared) {
+    TwoDisks t("mbps=100", "mbps=80,latency=1ms", "mbps=80,latency=1ms", 16, 64 * 1024);
+    t.la->start_all();
+    t.lb->start_all();
+    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    EXPECT_NEAR((ra + rb) * 64 * 1024, 100e6, 1e6);
+}
+
+TEST(PerfVm, VmBurstCredits) {
+    // D16s_v3: 25600 base, 32000 burst; a short bank to see it end.
+    TwoDisks t("profile=standard-d16s-v3,burst.duration=10s,mbps=0",
+               "iops=20000,latency=500us,stats.interval=100ms", "iops=20000,latency=500us,stats.interval=100ms",
+               128);
+    const Stats s0 = t.a->stats();
+    EXPECT_TRUE(s0.vm_credits.enabled);
+    EXPECT_DOUBLE_EQ(s0.vm_credits.iops_capacity, (32000.0 - 25600) * 10);
+    t.la->start_all();
+    t.lb->start_all();
+    auto [ra, rb] = t.rates(kSec, 5 * kSec);
+    EXPECT_NEAR(ra + rb, 32000, 320);
+    std::tie(ra, rb) = t.rates(15 * kSec, 25 * kSec);
+    EXPECT_NEAR(ra + rb, 25600, 256);
+    EXPECT_LT(t.b->stats().vm_credits.iops, 100);
+}
+
+} // namespace
+} // namespace hvstor::perf
