@@ -25,12 +25,12 @@ using backend::Backend;
 using backend::Op;
 using backend::Request;
 
-// Remembers every completion, and how often each command completed.
-class RecordingSink : public CommandSink {
+// Counts completions, and how often each item completed.
+template <typename T> class CompletionCounter {
 public:
-    void command_done(Command* cmd) override {
+    void record(const T* x) {
         std::lock_guard lock(mu_);
-        times_[cmd]++;
+        times_[x]++;
         total_++;
         cv_.notify_all();
     }
@@ -43,17 +43,23 @@ public:
         std::lock_guard lock(mu_);
         return total_;
     }
-    int times(const Command* cmd) {
+    int times(const T* x) {
         std::lock_guard lock(mu_);
-        auto it = times_.find(cmd);
+        auto it = times_.find(x);
         return it == times_.end() ? 0 : it->second;
     }
 
 private:
     std::mutex mu_;
     std::condition_variable cv_;
-    std::map<const Command*, int> times_;
+    std::map<const T*, int> times_;
     size_t total_ = 0;
+};
+
+// Remembers every command completion.
+class RecordingSink : public CommandSink, public CompletionCounter<Command> {
+public:
+    void command_done(Command* cmd) override { record(cmd); }
 };
 
 // A command with its own buffer. Not movable: the Command points into it.
@@ -241,33 +247,9 @@ struct AlignedBuf {
 };
 
 // Waits for backend requests in tests of the backends alone.
-class BackendSink : public backend::CompletionSink {
+class BackendSink : public backend::CompletionSink, public CompletionCounter<Request> {
 public:
-    void complete(Request* r) override {
-        std::lock_guard lock(mu_);
-        times_[r]++;
-        total_++;
-        cv_.notify_all();
-    }
-    bool wait_total(size_t n) {
-        std::unique_lock lock(mu_);
-        return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return total_ >= n; });
-    }
-    size_t total() {
-        std::lock_guard lock(mu_);
-        return total_;
-    }
-    int times(const Request* r) {
-        std::lock_guard lock(mu_);
-        auto it = times_.find(r);
-        return it == times_.end() ? 0 : it->second;
-    }
-
-private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::map<const Request*, int> times_;
-    size_t total_ = 0;
+    void complete(Request* r) override { record(r); }
 };
 
 } // namespace hvstor::scsi::test
