@@ -6,9 +6,10 @@ set -uo pipefail
 
 bash "$HVSTOR_ROOT/scripts/setup-host.sh" || die "host setup failed"
 
-passed=0 failed=0 failures=()
-record() { # name rc
+passed=0 failed=0 skipped=0 failures=()
+record() { # name rc (77: the test could not run here; not counted as passed)
   if [ "$2" = 0 ]; then passed=$((passed + 1)); log "PASS $1"
+  elif [ "$2" = 77 ]; then skipped=$((skipped + 1)); log "SKIP $1"
   else failed=$((failed + 1)); failures+=("$1"); log "FAIL $1"; fi
 }
 
@@ -38,5 +39,5 @@ echo
 if [ "$failed" -gt 0 ]; then
   printf 'failed: %s\n' "${failures[@]}"
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

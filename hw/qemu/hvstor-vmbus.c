@@ -22,6 +22,12 @@
 #include "system/tcg.h"
 #include "cpu.h"
 #include "hw/i386/hvstor-hooks.h"
+#include "qemu/error-report.h"
+#ifdef CONFIG_KVM
+#include "system/kvm.h"
+#include "kvm/kvm_i386.h"
+#include <linux/kvm.h>
+#endif
 #include "hvstor-vmbus.h"
 #include "hvstor/capi.h"
 
@@ -241,6 +247,91 @@ static const MemoryRegionOps hypercall_port_ops = {
     .impl = { .min_access_size = 1, .max_access_size = 4 },
 };
 
+#ifdef CONFIG_KVM
+/*
+ * The KVM path (unverified: the hosts this is developed on cannot run stock guests
+ * under KVM). The same partition answers; only the plumbing differs:
+ * - MSRs 0x40000000-0x400001FF exit to userspace through an MSR filter range;
+ * - the Hyper-V CPUID leaves replace KVM's on every vCPU with KVM_SET_CPUID2, which
+ *   KVM accepts until a vCPU first runs (devices are realized before that);
+ * - the hypercall page's OUT already exits to QEMU under KVM.
+ */
+static bool kvm_hv_rdmsr(X86CPU *cpu, uint32_t msr, uint64_t *val)
+{
+    return hvstor_rdmsr(the_bridge->vb, CPU(cpu)->cpu_index, msr, val) == HVSTOR_MSR_HANDLED;
+}
+
+static bool kvm_hv_wrmsr(X86CPU *cpu, uint32_t msr, uint64_t val)
+{
+    return hvstor_wrmsr(the_bridge->vb, CPU(cpu)->cpu_index, msr, val) == HVSTOR_MSR_HANDLED;
+}
+
+#define HV_KVM_MAX_CPUID 256
+
+typedef struct {
+    struct kvm_cpuid2 cpuid;
+    struct kvm_cpuid_entry2 entries[HV_KVM_MAX_CPUID];
+} HvKvmCpuid;
+
+typedef struct {
+    HvVmbusBridge *s;
+    int ret;
+} HvKvmCpuidJob;
+
+static void kvm_set_hv_cpuid(CPUState *cs, run_on_cpu_data data)
+{
+    HvKvmCpuidJob *job = data.host_ptr;
+    g_autofree HvKvmCpuid *c = g_new0(HvKvmCpuid, 1);
+    uint32_t n = 0, leaf;
+
+    c->cpuid.nent = HV_KVM_MAX_CPUID;
+    job->ret = kvm_vcpu_ioctl(cs, KVM_GET_CPUID2, &c->cpuid);
+    if (job->ret) {
+        return;
+    }
+    for (uint32_t i = 0; i < c->cpuid.nent; i++) {
+        struct kvm_cpuid_entry2 *e = &c->entries[i];
+        if (e->function >= 0x40000000 && e->function <= 0x4000FFFF) {
+            continue; /* KVM's own signature and leaves go */
+        }
+        hvstor_cpuid(job->s->vb, e->function, e->index, &e->eax, &e->ebx, &e->ecx, &e->edx);
+        c->entries[n++] = *e;
+    }
+    for (leaf = 0x40000000; leaf <= 0x40000005 && n < HV_KVM_MAX_CPUID; leaf++) {
+        struct kvm_cpuid_entry2 *e = &c->entries[n++];
+        memset(e, 0, sizeof(*e));
+        e->function = leaf;
+        hvstor_cpuid(job->s->vb, leaf, 0, &e->eax, &e->ebx, &e->ecx, &e->edx);
+    }
+    c->cpuid.nent = n;
+    job->ret = kvm_vcpu_ioctl(cs, KVM_SET_CPUID2, &c->cpuid);
+}
+
+static bool hv_vmbus_bridge_kvm_init(HvVmbusBridge *s, Error **errp)
+{
+    CPUState *cs;
+    int r;
+
+    warn_report("hv-vmbus-bridge: the KVM path is unverified; TCG is the tested one");
+    r = kvm_filter_msr_range(kvm_state, 0x40000000, 0x200, kvm_hv_rdmsr, kvm_hv_wrmsr);
+    if (r) {
+        error_setg(errp, "hv-vmbus-bridge: KVM refused an MSR filter for the Hyper-V "
+                   "MSRs (%s); it needs KVM_CAP_X86_USER_SPACE_MSR", strerror(-r));
+        return false;
+    }
+    CPU_FOREACH(cs) {
+        HvKvmCpuidJob job = { .s = s };
+        run_on_cpu(cs, kvm_set_hv_cpuid, RUN_ON_CPU_HOST_PTR(&job));
+        if (job.ret) {
+            error_setg(errp, "hv-vmbus-bridge: setting the Hyper-V CPUID leaves on vCPU %d "
+                       "failed: %s", cs->cpu_index, strerror(-job.ret));
+            return false;
+        }
+    }
+    return true;
+}
+#endif
+
 static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
 {
     HvVmbusBridge *s = HV_VMBUS_BRIDGE(dev);
@@ -261,9 +352,8 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
         error_setg(errp, "only one hv-vmbus-bridge per machine");
         return;
     }
-    if (!tcg_enabled()) {
-        error_setg(errp, "hv-vmbus-bridge: only TCG is supported so far; "
-                   "run with -accel tcg (the KVM path is not implemented)");
+    if (!tcg_enabled() && !kvm_enabled()) {
+        error_setg(errp, "hv-vmbus-bridge: needs TCG or KVM");
         return;
     }
     if (!hvstor_parse_vmbus_version(s->vmbus_version, &version)) {
@@ -300,6 +390,13 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
     isa_register_ioport(ISA_DEVICE(dev), &s->io, s->hypercall_port);
     the_bridge = s;
     hvstor_cpu_hooks = &cpu_hooks;
+#ifdef CONFIG_KVM
+    if (kvm_enabled() && !hv_vmbus_bridge_kvm_init(s, errp)) {
+        hvstor_cpu_hooks = NULL;
+        the_bridge = NULL;
+        return;
+    }
+#endif
 }
 
 static void hv_vmbus_bridge_reset(DeviceState *dev)
