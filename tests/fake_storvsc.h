@@ -202,13 +202,16 @@ public:
         Completion out{{}, d.trans_id, d.type, uint32_t(d.len8) * 8 - uint32_t(d.offset8) * 8};
         EXPECT_LE(uint32_t(d.len8) * 8, 80u) << "storvsc takes packets of at most 80 bytes";
         c.in.copy_out(r + d.offset8 * 8, &out.pkt, std::min<uint32_t>(out.len, sizeof out.pkt));
-        const uint32_t used_before = (w + size - r) % size;
         const uint32_t nr = (r + d.len8 * 8 + 8) % size;
         std::atomic_thread_fence(std::memory_order_seq_cst);
         c.in.store(4, nr);
         std::atomic_thread_fence(std::memory_order_seq_cst);
         const uint32_t pending = c.in.load(12);
-        const uint32_t free_before = size - used_before, free_after = size - (w + size - nr) % size;
+        // As hv_pkt_iter_close: free space from the writer's current index, after our
+        // read index is published; the writer may have added packets since we looked.
+        const uint32_t wnow = c.in.load(0);
+        const uint32_t free_after = size - (wnow + size - nr) % size;
+        const uint32_t free_before = free_after - (d.len8 * 8 + 8);
         // hv_signal_on_read: only on the move from "not enough" to "enough" room, where
         // enough means strictly more than pending_send_sz.
         if (pending && free_before <= pending && free_after > pending) signal(c);

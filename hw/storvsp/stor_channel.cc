@@ -89,12 +89,17 @@ void StorChannel::on_target_vp(uint32_t, uint32_t vp) {
     if (runtime_) runtime_->set_target_vp(vp);
 }
 
+// The worker takes the whole list at each wake-up, so only the completion that finds the
+// list empty needs to wake it: one eventfd write per batch of completions, not per I/O.
 void StorChannel::done(IoContext* ctx) {
+    bool first;
     {
         std::lock_guard lock(done_mu_);
+        first = done_.empty();
         done_.push_back(ctx);
     }
     done_cv_.notify_one();
+    if (!first) return;
     std::lock_guard lock(mu_);
     if (runtime_) runtime_->wake();
 }

@@ -18,7 +18,7 @@ std::unique_ptr<Channel> Channel::open(Host& host, hv::Synic& synic, uint8_t sin
     }
     std::span<const uint64_t> pfns(g.range_data.data() + 1, g.range_data.size() - 1);
     const size_t split = req.downstream_page_offset;
-    if (split < 2 || pfns.size() - split < 2) {
+    if (split < 2 || split > pfns.size() || pfns.size() - split < 2) {
         err = "each ring needs a header page and at least one data page";
         return nullptr;
     }
