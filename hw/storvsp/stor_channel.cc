@@ -145,8 +145,10 @@ void StorChannel::reply(vmbus::Channel& ch, uint64_t trans_id, const VstorPacket
 }
 
 void StorChannel::on_packet(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) {
+    // The ring checked d against the packet; check again here so that this function is
+    // safe on its own: an offset past the end leaves no payload, never a wrapped length.
     const uint32_t off = uint32_t(d.offset8) * 8;
-    const uint32_t avail = uint32_t(pkt.size()) - off;
+    const uint32_t avail = off <= pkt.size() ? uint32_t(pkt.size()) - off : 0;
     VstorPacket p{};
     if ((d.type != uint16_t(vmbus::PacketType::DataInband) &&
          d.type != uint16_t(vmbus::PacketType::DataUsingGpaDirect)) ||

@@ -98,7 +98,8 @@ bool Channel::pump() {
     handler_.on_wake(*this);
     bool did = false;
     while (!broken_ && handler_.can_accept(*this)) {
-        auto st = in_.peek(pkt_);
+        PacketDescriptor d;
+        auto st = in_.peek(d, pkt_);
         if (st == IncomingRing::Status::Empty) break;
         if (st == IncomingRing::Status::Corrupt) {
             // Indices or a descriptor the guest could not have written honestly: stop
@@ -108,8 +109,6 @@ bool Channel::pump() {
         }
         in_.consume();
         stats_.packets_in++;
-        PacketDescriptor d;
-        std::memcpy(&d, pkt_.data(), sizeof d);
         handler_.on_packet(*this, d, pkt_);
         did = true;
     }

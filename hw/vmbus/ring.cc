@@ -110,7 +110,7 @@ void IncomingRing::set_interrupt_mask(bool masked) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-IncomingRing::Status IncomingRing::peek(std::vector<uint8_t>& out) {
+IncomingRing::Status IncomingRing::peek(PacketDescriptor& desc, std::vector<uint8_t>& out) {
     const uint32_t w = load(kWriteIndex);
     if (w >= data_size_ || w % 8) return Status::Corrupt;
     const uint32_t avail = (w + data_size_ - read_) % data_size_;
@@ -121,8 +121,11 @@ IncomingRing::Status IncomingRing::peek(std::vector<uint8_t>& out) {
     const uint32_t len = uint32_t(d.len8) * 8, off = uint32_t(d.offset8) * 8;
     if (len < sizeof d || off < sizeof d || off > len || len > kMaxIncomingPacket || len + kTrailer > avail)
         return Status::Corrupt;
+    // The descriptor is not fetched again: the rest of the packet follows the checked copy.
     out.resize(len);
-    copy_out(read_, out.data(), len);
+    std::memcpy(out.data(), &d, sizeof d);
+    copy_out(read_ + uint32_t(sizeof d), out.data() + sizeof d, len - uint32_t(sizeof d));
+    desc = d;
     peeked_len_ = len + kTrailer;
     return Status::Ok;
 }

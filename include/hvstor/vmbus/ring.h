@@ -81,8 +81,11 @@ public:
     explicit IncomingRing(RingPages pages);
 
     // Copies the next packet (descriptor, payload; no trailer) into `out` without
-    // consuming it. Corrupt: the guest's indices or descriptor are impossible.
-    Status peek(std::vector<uint8_t>& out);
+    // consuming it, and its descriptor into `desc`. The descriptor is read from guest
+    // memory once: `desc` is the copy that was checked, and out's first 16 bytes hold
+    // the same copy, never a second read the guest could have changed in between.
+    // Corrupt: the guest's indices or descriptor are impossible.
+    Status peek(PacketDescriptor& desc, std::vector<uint8_t>& out);
     // Moves past the packet last peeked. Visible to the guest after commit().
     void consume();
     // Publishes the read index. Returns true when the guest asked to be told about free
