@@ -87,7 +87,7 @@ install_glue() {
   for f in "$HVSTOR_ROOT"/hw/qemu/*.c "$HVSTOR_ROOT"/hw/qemu/*.h "$HVSTOR_ROOT"/hw/qemu/meson.build; do
     sync_file "$f" "$dst/$(basename "$f")"
   done
-  sync_file "$HVSTOR_ROOT/include/hvstor/capi.h" "$dst/include/hvstor/capi.h"
+  sync_file "$HVSTOR_ROOT/include/capi/hvstor/capi.h" "$dst/include/hvstor/capi.h"
   # ninja does not see link_args inputs: relink by hand when the library changed.
   if ! cmp -s "$LIB_BUILD/libhvstor.a" "$dst/lib/libhvstor.a"; then
     sync_file "$LIB_BUILD/libhvstor.a" "$dst/lib/libhvstor.a"

@@ -17,12 +17,8 @@
 
 namespace hvstor::perf {
 namespace {
-thread_local uint32_t t_channel = 0;
 } // namespace
 
-ChannelScope::ChannelScope(uint32_t channel) : prev_(t_channel) { t_channel = channel; }
-ChannelScope::~ChannelScope() { t_channel = prev_; }
-uint32_t ChannelScope::current() { return t_channel; }
 
 namespace {
 
@@ -202,9 +198,7 @@ public:
     bool read_only() const override { return inner_->read_only(); }
     std::string describe() const override { return "perf(" + summarize(cfg_) + ") over " + inner_->describe(); }
 
-    void submit(std::span<Request* const> reqs) override { submit_from(ChannelScope::current(), reqs); }
-
-    void submit_from(uint32_t channel, std::span<Request* const> reqs) override {
+    void submit(std::span<Request* const> reqs) override {
         if (reqs.empty()) return;
         pending_.add(reqs.size());
         Work w;
@@ -219,7 +213,7 @@ public:
                     w.done.push(r);
                     continue;
                 }
-                enqueue(make_io(r, channel, now), now);
+                enqueue(make_io(r, r->queue, now), now);
             }
             dispatch(now, w);
             schedule();

@@ -91,6 +91,7 @@ void Disk::submit(std::span<Command* const> cmds) {
             deliver(*cmd, stats_, sink_);
             break;
         case detail::Started::Issued:
+            cmd->be_req.queue = cmd->queue;
             batch[n++] = &cmd->be_req;
             if (n == cap) {
                 be_.submit(std::span<backend::Request* const>(batch, n));

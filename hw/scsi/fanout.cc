@@ -15,6 +15,7 @@ Fanout* Fanout::create(Command& cmd, backend::CompletionSink& disk, backend::Op 
         for (auto& r : f->reqs_) {
             r.done = f;
             r.opaque = &cmd;
+            r.queue = cmd.queue;
         }
         return f;
     } catch (const std::bad_alloc&) {

@@ -1,7 +1,5 @@
 #include "stor_channel.h"
 
-#include "hvstor/perf/model.h"
-
 #include <algorithm>
 #include <cstring>
 
@@ -30,6 +28,7 @@ StorChannel::StorChannel(Controller& ctl, uint16_t index) : ctl_(ctl), index_(in
         c.pages.reserve(max_pages);
         c.iov.reserve(max_pages);
         c.cmd.opaque = &c;
+        c.cmd.queue = index;
         free_.push_back(&c);
     }
     done_.reserve(n);
@@ -358,8 +357,6 @@ void StorChannel::execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor&
 void StorChannel::on_batch_end(vmbus::Channel&) {
     // Entries stay, with their capacity, so batches allocate nothing once warm. A disk
     // pointer is only used while its entry holds commands taken in this batch.
-    // The channel tag lets a performance model queue fairly between channels.
-    perf::ChannelScope tag(index_);
     for (auto& [disk, cmds] : batch_) {
         if (!cmds.empty()) disk->submit(cmds);
         cmds.clear();

@@ -145,9 +145,10 @@ private:
                 size_t k = i;
                 for (; k < batch.size() && jobs_[batch[k]->job].spec.channel == ch; k++) {
                     batch[k]->submitted = now;
+                    batch[k]->req.queue = uint16_t(ch);
                     reqs.push_back(&batch[k]->req);
                 }
-                disk_.submit_from(ch, reqs);
+                disk_.submit(reqs);
                 i = k;
             }
         }

@@ -29,15 +29,15 @@ public:
         s.req.opaque = &s;
         return slots_.size() - 1;
     }
-    // channel < 0: through Backend::submit(), as the SCSI layer calls it.
-    void submit(ModelBackend& disk, int channel, size_t from, size_t to) {
+    // The requests [from, to) as one submission from `channel`.
+    void submit(ModelBackend& disk, uint16_t channel, size_t from, size_t to) {
         std::vector<Request*> v;
         for (size_t i = from; i < to; i++) {
             slots_[i].submitted = clock_.now();
+            slots_[i].req.queue = channel;
             v.push_back(&slots_[i].req);
         }
-        if (channel < 0) disk.submit(v);
-        else disk.submit_from(uint32_t(channel), v);
+        disk.submit(v);
     }
     Nanos latency(size_t i) const { return slots_[i].completed - slots_[i].submitted; }
     void complete(Request* r) override {
@@ -111,19 +111,16 @@ TEST(PerfQueue, RoundRobinServesChannelsInTurn) {
     }
 }
 
-TEST(PerfQueue, ChannelScopeTagsPlainSubmissions) {
+// Each request carries its channel: a lone request from channel 7 is not queued behind
+// channel 0's backlog.
+TEST(PerfQueue, EachRequestIsQueuedByItsOwnChannel) {
     VirtualClock clock;
     auto disk = make_disk("iops=1000,latency=1ms,queue=round-robin", clock);
     ASSERT_TRUE(disk);
     Burst b(clock);
     for (int i = 0; i < 201; i++) b.add(Op::Read);
     b.submit(*disk, 0, 0, 200);
-    {
-        ChannelScope scope(7);
-        EXPECT_EQ(ChannelScope::current(), 7u);
-        b.submit(*disk, -1, 200, 201);
-    }
-    EXPECT_EQ(ChannelScope::current(), 0u);
+    b.submit(*disk, 7, 200, 201);
     disk->drain();
     EXPECT_LE(b.latency(200), 3 * kMs);
 }

@@ -122,7 +122,6 @@ void stress(const std::string& settings, bool async_inner) {
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; t++) {
         threads.emplace_back([&, t] {
-            ChannelScope scope{uint32_t(t)};
             std::minstd_rand rng(uint32_t(t + 1));
             auto& mine = reqs[size_t(t)];
             for (int i = 0; i < kPerThread; i++) mine.emplace_back();
@@ -152,10 +151,10 @@ void stress(const std::string& settings, bool async_inner) {
                     if (!r.iov) r.length = r.op == Op::Flush ? 0 : r.length;
                     r.done = &sink;
                     r.opaque = &tr;
+                    r.queue = uint16_t(t);
                     batch.push_back(&r);
                 }
-                if (rng() % 2) disk->submit(batch);
-                else disk->submit_from(uint32_t(t), batch);
+                disk->submit(batch);
             }
         });
     }
@@ -228,7 +227,7 @@ public:
     explicit Loop(ModelBackend& disk) : disk_(disk) {}
     void complete(Request* r) override {
         done.fetch_add(1);
-        if (running.load()) disk_.submit_from(0, std::span<Request* const>(&r, 1));
+        if (running.load()) disk_.submit(std::span<Request* const>(&r, 1));
     }
     std::atomic<uint64_t> done{0};
     std::atomic<bool> running{true};

@@ -35,6 +35,7 @@ struct Command {
     uint32_t iovcnt = 0;
     uint32_t xfer_len = 0;
     void* opaque = nullptr;      // the submitter's
+    uint16_t queue = 0;          // the submitter's queue, handed on in backend::Request
 
     // Out, valid in command_done().
     uint8_t status = kStatusGood;

@@ -30,6 +30,9 @@ struct Request {
     uint32_t iovcnt = 0;
     CompletionSink* done = nullptr; // told when the request completes
     void* opaque = nullptr;  // the submitter's
+    // Which of the submitter's queues this came from (a VMBus channel): lets a backend
+    // that models a host queue serve queues fairly. Ignored by the others.
+    uint16_t queue = 0;
     int result = 0;          // set before completion: 0 or -errno
 };
 

@@ -23,25 +23,8 @@
 
 namespace hvstor::perf {
 
-// Tags the plain submit() calls made on this thread, for as long as it lives, with a channel
-// for queue=round-robin. Nests. Without one, submissions come from channel 0.
-class ChannelScope {
-public:
-    explicit ChannelScope(uint32_t channel);
-    ~ChannelScope();
-    ChannelScope(const ChannelScope&) = delete;
-    ChannelScope& operator=(const ChannelScope&) = delete;
-    static uint32_t current();
-
-private:
-    uint32_t prev_;
-};
-
 class ModelBackend : public backend::Backend {
 public:
-    // Backend::submit() uses ChannelScope::current().
-    virtual void submit_from(uint32_t channel, std::span<backend::Request* const> reqs) = 0;
-
     virtual Stats stats() = 0;
     virtual const ModelConfig& config() const = 0;
     virtual backend::Backend& inner() = 0;
