@@ -66,7 +66,7 @@ protected:
         ctl.reset();
         p.set_message_handler(&server);
         for (uint32_t vp = 0; vp < 4; vp++) g.enable_synic(vp);
-        ctl = std::make_unique<Controller>(host, p.synic(), server, *vmbus::Guid::parse(kInstance), cfg);
+        ctl = std::make_unique<Controller>(host, server, *vmbus::Guid::parse(kInstance), cfg);
         std::string err;
         ASSERT_TRUE(ctl->start(err)) << err;
         std::string e2;

@@ -19,7 +19,7 @@ class FakeChannel : public ChannelHandler {
 public:
     uint32_t on_open(const OpenRequest& r) override {
         opens++;
-        ring_pages = r.ring->expected_pfns;
+        ring_pages = uint32_t(r.ring_pfns.size());
         return status;
     }
     void on_close(uint32_t) override { closes++; }
@@ -98,7 +98,7 @@ protected:
         OfferInfo a;
         a.type = kScsiControllerType;
         a.handler = &dev;
-        server.add_offer(a);
+        server.offer(a);
         connect_and_list();
         send_gpadl(1, 5, 66);
         g.take(0);
@@ -198,8 +198,8 @@ TEST_F(VmbusTest, OffersThenAllOffersDelivered) {
     a.instance = *Guid::parse("00000000-1111-2222-3333-444455556666");
     OfferInfo b = a;
     b.instance.bytes[15] = 0x77;
-    EXPECT_EQ(server.add_offer(a), 1u);
-    EXPECT_EQ(server.add_offer(b), 2u);
+    EXPECT_EQ(server.offer(a), 1u);
+    EXPECT_EQ(server.offer(b), 2u);
     ASSERT_EQ(negotiate(version::kV5_3).version_supported, 1);
     g.post(0, 1, msg<MsgHeader>(MsgType::RequestOffers));
 
@@ -242,7 +242,7 @@ TEST_F(VmbusTest, UnloadAnswersAndDisconnects) {
 TEST_F(VmbusTest, GpadlAcrossBodiesAndTeardown) {
     OfferInfo a;
     a.type = kScsiControllerType;
-    server.add_offer(a);
+    server.offer(a);
     connect_and_list();
     send_gpadl(1, 0xE1E10, 66); // a 2 x 128 KiB ring plus two header pages
     auto c = g.take_as<GpadlCreated>(0);
@@ -265,7 +265,7 @@ TEST_F(VmbusTest, GpadlAcrossBodiesAndTeardown) {
 TEST_F(VmbusTest, BadGpadlsAreAnsweredWithFailure) {
     OfferInfo a;
     a.type = kScsiControllerType;
-    server.add_offer(a);
+    server.offer(a);
     connect_and_list();
     send_gpadl(7, 1, 4); // no such channel
     EXPECT_NE(g.take_as<GpadlCreated>(0).creation_status, kStatusSuccess);
@@ -283,7 +283,7 @@ TEST_F(VmbusTest, GpadlCountIsBounded) {
     p.set_message_handler(&small);
     OfferInfo a;
     a.type = kScsiControllerType;
-    small.add_offer(a);
+    small.offer(a);
     ASSERT_EQ(negotiate(version::kV5_3).version_supported, 1);
     g.post(0, 1, msg<MsgHeader>(MsgType::RequestOffers));
     while (g.take(0)) {
@@ -300,7 +300,7 @@ TEST_F(VmbusTest, GpadlCountIsBounded) {
 TEST_F(VmbusTest, OpenWithoutDeviceIsRefusedWithStatus) {
     OfferInfo a;
     a.type = kScsiControllerType;
-    server.add_offer(a);
+    server.offer(a);
     connect_and_list();
     send_gpadl(1, 5, 66);
     g.take(0);
@@ -370,7 +370,7 @@ TEST_F(VmbusTest, HotAddedOfferIsSentRightAway) {
     connect_and_list();
     OfferInfo a;
     a.type = kScsiControllerType;
-    EXPECT_EQ(server.add_offer(a), 1u);
+    EXPECT_EQ(server.offer(a), 1u);
     auto o = g.take_as<OfferChannel>(0);
     EXPECT_EQ(o.hdr.msgtype, uint32_t(MsgType::OfferChannel));
     EXPECT_EQ(o.child_relid, 1u);

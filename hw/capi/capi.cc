@@ -159,7 +159,7 @@ HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[
         std::memcpy(g.bytes.data(), instance, 16);
         auto c = std::make_unique<HvstorController>();
         c->vb = vb;
-        c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->partition.synic(), vb->server, g, cc);
+        c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->server, g, cc);
         std::string e;
         if (!c->ctl->start(e)) throw std::runtime_error(e);
         return c.release();

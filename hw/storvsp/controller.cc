@@ -1,24 +1,23 @@
 #include "hvstor/storvsp/controller.h"
 
-#include "stor_channel.h"
+#include "queue.h"
 
 namespace hvstor::storvsp {
 
-Controller::Controller(Host& host, hv::Synic& synic, vmbus::Server& server, const vmbus::Guid& instance,
-                       const ControllerConfig& cfg)
-    : host_(host), synic_(synic), server_(server), instance_(instance), cfg_(cfg) {
-    channels_.push_back(std::make_unique<StorChannel>(*this, 0));
+Controller::Controller(Host& host, vmbus::Bus& bus, const vmbus::Guid& instance, const ControllerConfig& cfg)
+    : host_(host), bus_(bus), instance_(instance), cfg_(cfg) {
+    channels_.push_back(std::make_unique<Queue>(*this, 0));
 }
 
 Controller::~Controller() {
-    // The server keeps pointers to our channels until their offers are withdrawn.
+    // The bus keeps pointers to our channels until their offers are withdrawn.
     std::vector<uint32_t> relids;
     {
         std::lock_guard lock(mu_);
         for (auto& c : channels_)
             if (c->relid()) relids.push_back(c->relid());
     }
-    for (uint32_t r : relids) server_.rescind(r);
+    for (uint32_t r : relids) bus_.rescind(r);
 }
 
 bool Controller::start(std::string& err) {
@@ -27,7 +26,7 @@ bool Controller::start(std::string& err) {
     info.instance = instance_;
     info.subchannel_index = 0;
     info.handler = channels_[0].get();
-    primary_relid_ = server_.add_offer(info);
+    primary_relid_ = bus_.offer(info);
     if (!primary_relid_) {
         err = "no VMBus channel id left";
         return false;
@@ -76,30 +75,30 @@ uint32_t Controller::open_channels() const {
 }
 
 uint16_t Controller::create_subchannels(uint16_t n) {
-    std::vector<StorChannel*> fresh;
+    std::vector<Queue*> fresh;
     {
         std::lock_guard lock(mu_);
         uint16_t have = 0;
         for (size_t i = 1; i < channels_.size(); i++) have += channels_[i]->relid() != 0;
         const uint16_t room = have < cfg_.max_subchannels ? uint16_t(cfg_.max_subchannels - have) : 0;
         n = std::min(n, room);
-        // Channel objects are kept for the controller's life and reused: the server may
+        // Channel objects are kept for the controller's life and reused: the bus may
         // still hold a pointer to one whose offer was just withdrawn.
         for (size_t i = 1; i < channels_.size() && fresh.size() < n; i++)
             if (!channels_[i]->relid()) fresh.push_back(channels_[i].get());
         while (fresh.size() < n) {
-            channels_.push_back(std::make_unique<StorChannel>(*this, uint16_t(channels_.size())));
+            channels_.push_back(std::make_unique<Queue>(*this, uint16_t(channels_.size())));
             fresh.push_back(channels_.back().get());
         }
     }
     uint16_t offered = 0;
-    for (StorChannel* c : fresh) {
+    for (Queue* c : fresh) {
         vmbus::OfferInfo info;
         info.type = vmbus::kScsiControllerType;
         info.instance = instance_;
         info.subchannel_index = c->index();
         info.handler = c;
-        const uint32_t relid = server_.add_offer(info);
+        const uint32_t relid = bus_.offer(info);
         if (!relid) break;
         c->set_relid(relid);
         offered++;
@@ -111,14 +110,14 @@ uint16_t Controller::create_subchannels(uint16_t n) {
 // Closing the primary withdraws the subchannels, as on Hyper-V; a new probe creates them
 // again.
 void Controller::primary_closed() {
-    std::vector<StorChannel*> subs;
+    std::vector<Queue*> subs;
     {
         std::lock_guard lock(mu_);
         for (size_t i = 1; i < channels_.size(); i++)
             if (channels_[i]->relid()) subs.push_back(channels_[i].get());
     }
-    for (StorChannel* c : subs) {
-        server_.rescind(c->relid());
+    for (Queue* c : subs) {
+        bus_.rescind(c->relid());
         c->set_relid(0);
     }
 }

@@ -5,65 +5,64 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <system_error>
 
 namespace hvstor::vmbus {
 
-std::unique_ptr<Channel> Channel::open(Host& host, hv::Synic& synic, uint8_t sint, const OpenRequest& req,
-                                       PacketHandler& handler, std::string& err) {
-    const Gpadl& g = *req.ring;
-    // A ring GPADL is one range starting at offset 0: word 0 is {byte_count, offset}.
-    if (g.range_count != 1 || g.range_data.size() < 2 || (g.range_data[0] >> 32) != 0) {
-        err = "ring GPADL must be a single page-aligned range";
-        return nullptr;
-    }
-    std::span<const uint64_t> pfns(g.range_data.data() + 1, g.range_data.size() - 1);
+std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenRequest& req, PacketHandler& handler,
+                                                     std::string& err) {
+    // The bus checked the split; check again here, where an unsigned subtraction depends on it.
     const size_t split = req.downstream_page_offset;
-    if (split < 2 || split > pfns.size() || pfns.size() - split < 2) {
+    if (split < 2 || split > req.ring_pfns.size() || req.ring_pfns.size() - split < 2) {
         err = "each ring needs a header page and at least one data page";
         return nullptr;
     }
     RingPages in, out;
-    if (!in.map(host, pfns.subspan(0, split)) || !out.map(host, pfns.subspan(split))) {
+    if (!in.map(host, req.ring_pfns.subspan(0, split)) || !out.map(host, req.ring_pfns.subspan(split))) {
         err = "ring pages are not guest RAM";
         return nullptr;
     }
-    std::unique_ptr<Channel> ch(new Channel(host, synic, sint, req, std::move(in), std::move(out), handler));
+    std::unique_ptr<ChannelRuntime> ch(new ChannelRuntime(req, std::move(in), std::move(out), handler));
     if (ch->efd_ < 0) {
         err = "eventfd failed";
         return nullptr;
     }
-    ch->worker_ = std::thread([c = ch.get()] { c->run(); });
+    try {
+        ch->worker_ = std::thread([c = ch.get()] { c->run(); });
+    } catch (const std::system_error& e) {
+        err = std::string("cannot start the channel worker: ") + e.what();
+        return nullptr;
+    }
     return ch;
 }
 
-Channel::Channel(Host&, hv::Synic& synic, uint8_t sint, const OpenRequest& req, RingPages in, RingPages out,
-                 PacketHandler& handler)
-    : synic_(synic), sint_(sint), relid_(req.child_relid), target_vp_(req.target_vp), in_(std::move(in)),
+ChannelRuntime::ChannelRuntime(const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler)
+    : signal_(req.signal), relid_(req.child_relid), target_vp_(req.target_vp), in_(std::move(in)),
       out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)) {
     pkt_.reserve(kMaxIncomingPacket);
 }
 
-Channel::~Channel() {
+ChannelRuntime::~ChannelRuntime() {
     stop();
     if (efd_ >= 0) close(efd_);
 }
 
-void Channel::stop() {
+void ChannelRuntime::stop() {
     if (!stopping_.exchange(true)) wake();
     if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
 }
 
-void Channel::wake() {
+void ChannelRuntime::wake() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(efd_, &one, sizeof one);
 }
 
-void Channel::notify_guest_signal() {
+void ChannelRuntime::notify_guest_signal() {
     stats_.guest_signals++;
     wake();
 }
 
-bool Channel::send(PacketType type, uint16_t flags, uint64_t trans_id, std::span<const uint8_t> payload) {
+bool ChannelRuntime::send(PacketType type, uint16_t flags, uint64_t trans_id, std::span<const uint8_t> payload) {
     if (!out_.write(type, flags, trans_id, payload)) {
         if (out_.corrupt()) broken_ = true;
         return false;
@@ -72,7 +71,7 @@ bool Channel::send(PacketType type, uint16_t flags, uint64_t trans_id, std::span
     return true;
 }
 
-bool Channel::reserve_out(uint32_t bytes) {
+bool ChannelRuntime::reserve_out(uint32_t bytes) {
     if (out_.free_bytes() >= bytes) {
         if (waiting_room_) {
             out_.set_pending_send_sz(0);
@@ -87,14 +86,14 @@ bool Channel::reserve_out(uint32_t bytes) {
     return out_.free_bytes() >= bytes;
 }
 
-void Channel::signal_guest() {
+void ChannelRuntime::signal_guest() {
     stats_.host_signals++;
-    synic_.signal_event(target_vp_.load(), sint_, relid_);
+    if (signal_) signal_(target_vp_.load());
 }
 
 // One round: completions out first (they free room and credits), then as many incoming
 // packets as the handler accepts, then one signal each way at most.
-bool Channel::pump() {
+bool ChannelRuntime::pump() {
     handler_.on_wake(*this);
     bool did = false;
     while (!broken_ && handler_.can_accept(*this)) {
@@ -118,7 +117,7 @@ bool Channel::pump() {
     return did;
 }
 
-void Channel::run() {
+void ChannelRuntime::run() {
     in_.set_interrupt_mask(true);
     while (!stopping_) {
         stats_.wakeups++;

@@ -31,7 +31,7 @@ RingPages& RingPages::operator=(RingPages&& o) noexcept {
 RingPages::~RingPages() { release(); }
 
 void RingPages::release() {
-    for (uint8_t* p : pages_) host_->unmap(p, kRingPage, true);
+    for (uint8_t* p : pages_) host_->unmap(p, kPageSize, true);
     pages_.clear();
 }
 
@@ -44,7 +44,7 @@ bool RingPages::map(Host& host, std::span<const uint64_t> pfns) {
             release();
             return false;
         }
-        auto* p = static_cast<uint8_t*>(host.map(pfn * kRingPage, kRingPage, true));
+        auto* p = static_cast<uint8_t*>(host.map(pfn * kPageSize, kPageSize, true));
         if (!p) {
             release();
             return false;
@@ -54,7 +54,7 @@ bool RingPages::map(Host& host, std::span<const uint64_t> pfns) {
     return true;
 }
 
-Ring::Ring(RingPages pages) : pages_(std::move(pages)), data_size_(uint32_t(pages_.count() - 1) * kRingPage) {}
+Ring::Ring(RingPages pages) : pages_(std::move(pages)), data_size_(uint32_t(pages_.count() - 1) * kPageSize) {}
 
 uint32_t Ring::load(uint32_t off) const {
     return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(pages_.page(0) + off))
@@ -69,9 +69,9 @@ void Ring::copy_out(uint32_t pos, void* dst, uint32_t len) const {
     auto* d = static_cast<uint8_t*>(dst);
     while (len) {
         pos %= data_size_;
-        const uint32_t in_page = pos % kRingPage;
-        const uint32_t n = std::min(len, kRingPage - in_page);
-        std::memcpy(d, pages_.page(1 + pos / kRingPage) + in_page, n);
+        const uint32_t in_page = pos % kPageSize;
+        const uint32_t n = std::min(len, kPageSize - in_page);
+        std::memcpy(d, pages_.page(1 + pos / kPageSize) + in_page, n);
         d += n;
         pos += n;
         len -= n;
@@ -82,9 +82,9 @@ void Ring::copy_in(uint32_t pos, const void* src, uint32_t len) {
     const auto* s = static_cast<const uint8_t*>(src);
     while (len) {
         pos %= data_size_;
-        const uint32_t in_page = pos % kRingPage;
-        const uint32_t n = std::min(len, kRingPage - in_page);
-        std::memcpy(pages_.page(1 + pos / kRingPage) + in_page, s, n);
+        const uint32_t in_page = pos % kPageSize;
+        const uint32_t n = std::min(len, kPageSize - in_page);
+        std::memcpy(pages_.page(1 + pos / kPageSize) + in_page, s, n);
         s += n;
         pos += n;
         len -= n;

@@ -21,7 +21,6 @@ bool known_version(uint32_t v) {
     return std::find(std::begin(version::kAll), std::end(version::kAll), v) != std::end(version::kAll);
 }
 
-constexpr uint32_t kPage = 4096;
 
 } // namespace
 
@@ -31,20 +30,20 @@ bool Gpadl::complete() const {
 
 Server::Server(hv::Synic& synic, const ServerConfig& cfg) : synic_(synic), cfg_(cfg) {}
 
-uint32_t Server::add_offer(const OfferInfo& offer) {
+uint32_t Server::offer(const OfferInfo& offer) {
     Outbox out;
     uint32_t relid;
     {
         std::lock_guard lock(mu_);
         // Reuse relids the guest released; otherwise the next one.
-        auto slot = std::find(channels_.begin(), channels_.end(), nullptr);
-        if (slot == channels_.end()) {
-            if (channels_.size() >= kMaxRelid) return 0;
-            slot = channels_.insert(channels_.end(), nullptr);
+        auto slot = std::find(offers_.begin(), offers_.end(), nullptr);
+        if (slot == offers_.end()) {
+            if (offers_.size() >= kMaxRelid) return 0;
+            slot = offers_.insert(offers_.end(), nullptr);
         }
-        auto ch = std::make_unique<Channel>();
+        auto ch = std::make_unique<Offer>();
         ch->info = offer;
-        ch->relid = relid = static_cast<uint32_t>(slot - channels_.begin() + 1);
+        ch->relid = relid = static_cast<uint32_t>(slot - offers_.begin() + 1);
         if (offers_requested_) {
             queue(out, make_offer(*ch));
             ch->offered = true;
@@ -55,9 +54,9 @@ uint32_t Server::add_offer(const OfferInfo& offer) {
     return relid;
 }
 
-Server::Channel* Server::find(uint32_t relid) {
-    if (relid == 0 || relid > channels_.size()) return nullptr;
-    Channel* ch = channels_[relid - 1].get();
+Server::Offer* Server::find(uint32_t relid) {
+    if (relid == 0 || relid > offers_.size()) return nullptr;
+    Offer* ch = offers_[relid - 1].get();
     return ch && !ch->rescinded ? ch : nullptr;
 }
 
@@ -65,7 +64,7 @@ bool Server::rescind(uint32_t relid) {
     Outbox out;
     {
         std::lock_guard lock(mu_);
-        Channel* ch = find(relid);
+        Offer* ch = find(relid);
         if (!ch) return false;
         close_locked(*ch);
         if (version_ != 0 && ch->offered) {
@@ -75,7 +74,7 @@ bool Server::rescind(uint32_t relid) {
             queue(out, r);
             ch->rescinded = true; // the slot is freed by RELID_RELEASED
         } else {
-            channels_[relid - 1].reset();
+            offers_[relid - 1].reset();
         }
     }
     run_closes();
@@ -83,7 +82,7 @@ bool Server::rescind(uint32_t relid) {
     return true;
 }
 
-void Server::close_locked(Channel& ch) {
+void Server::close_locked(Offer& ch) {
     if (ch.open && ch.info.handler) closing_.push_back({ch.info.handler, ch.relid});
     ch.open = false;
 }
@@ -121,7 +120,7 @@ size_t Server::gpadl_count() const {
 }
 bool Server::channel_open(uint32_t relid) const {
     std::lock_guard lock(mu_);
-    return relid && relid <= channels_.size() && channels_[relid - 1] && channels_[relid - 1]->open;
+    return relid && relid <= offers_.size() && offers_[relid - 1] && offers_[relid - 1]->open;
 }
 ServerStats Server::stats() const {
     std::lock_guard lock(mu_);
@@ -137,7 +136,7 @@ void Server::reset() {
 }
 
 void Server::drop_connection_locked() {
-    for (auto& ch : channels_) {
+    for (auto& ch : offers_) {
         if (!ch) continue;
         close_locked(*ch);
         ch->offered = false;
@@ -234,7 +233,7 @@ Status Server::initiate_contact(uint32_t connection_id, std::span<const uint8_t>
     return Status::Success;
 }
 
-OfferChannel Server::make_offer(const Channel& ch) const {
+OfferChannel Server::make_offer(const Offer& ch) const {
     OfferChannel o{};
     o.hdr = header(MsgType::OfferChannel);
     std::memcpy(o.offer.if_type, ch.info.type.bytes.data(), 16);
@@ -249,7 +248,7 @@ OfferChannel Server::make_offer(const Channel& ch) const {
 }
 
 void Server::request_offers(Outbox& out) {
-    for (auto& ch : channels_) {
+    for (auto& ch : offers_) {
         if (!ch || ch->rescinded) continue;
         queue(out, make_offer(*ch));
         ch->offered = true;
@@ -265,8 +264,8 @@ static bool ranges_consistent(const Gpadl& g) {
         if (i >= g.range_data.size()) return false;
         const uint64_t w = g.range_data[i++];
         const uint64_t byte_count = uint32_t(w), byte_offset = w >> 32;
-        const uint64_t pages = (byte_offset + byte_count + kPage - 1) / kPage;
-        if (byte_count == 0 || byte_offset >= kPage || pages > g.range_data.size() - i) return false;
+        const uint64_t pages = (byte_offset + byte_count + kPageSize - 1) / kPageSize;
+        if (byte_count == 0 || byte_offset >= kPageSize || pages > g.range_data.size() - i) return false;
         i += pages;
     }
     return i == g.range_data.size();
@@ -370,7 +369,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
     r.openid = req.openid;
     r.status = kStatusInvalidParameter;
 
-    Channel* ch = find(req.child_relid);
+    Offer* ch = find(req.child_relid);
     auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
     if (!ch || ch->open || g == gpadls_.end() || !g->second.complete() ||
         g->second.child_relid != req.child_relid || req.target_vp >= synic_.nr_vps() ||
@@ -379,9 +378,21 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
         stats_.bad_messages++;
     } else if (!ch->info.handler) {
         r.status = kStatusNotSupported;
+    } else if (const Gpadl& ring = g->second;
+               // A ring GPADL is one range at offset 0: word 0 is {byte_count, byte_offset}.
+               ring.range_count != 1 || ring.range_data.size() < 2 || (ring.range_data[0] >> 32) != 0) {
+        stats_.bad_messages++;
     } else {
-        OpenRequest o{req.child_relid, req.target_vp, sint_, req.downstream_ringbuffer_pageoffset, &g->second, {}};
+        OpenRequest o;
+        o.child_relid = req.child_relid;
+        o.target_vp = req.target_vp;
+        o.ring_pfns = std::span<const uint64_t>(ring.range_data).subspan(1);
+        o.downstream_page_offset = req.downstream_ringbuffer_pageoffset;
         std::memcpy(o.user_data.data(), req.userdata, sizeof req.userdata);
+        // The connection's SINT as of this open: a later reconnect reopens the channel.
+        o.signal = [&synic = synic_, sint = sint_, relid = req.child_relid](uint32_t vp) {
+            synic.signal_event(vp, sint, relid);
+        };
         r.status = ch->info.handler->on_open(o);
         if (r.status == kStatusSuccess) {
             ch->open = true;
@@ -393,7 +404,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
 
 void Server::close_channel(std::span<const uint8_t> m) {
     CloseChannel c;
-    Channel* ch = parse(m, c) ? find(c.child_relid) : nullptr;
+    Offer* ch = parse(m, c) ? find(c.child_relid) : nullptr;
     if (!ch || !ch->open) {
         stats_.bad_messages++;
         return;
@@ -403,12 +414,12 @@ void Server::close_channel(std::span<const uint8_t> m) {
 
 void Server::relid_released(std::span<const uint8_t> m) {
     RelidReleased r;
-    if (!parse(m, r) || r.child_relid == 0 || r.child_relid > channels_.size() || !channels_[r.child_relid - 1] ||
-        !channels_[r.child_relid - 1]->rescinded) {
+    if (!parse(m, r) || r.child_relid == 0 || r.child_relid > offers_.size() || !offers_[r.child_relid - 1] ||
+        !offers_[r.child_relid - 1]->rescinded) {
         stats_.bad_messages++;
         return;
     }
-    channels_[r.child_relid - 1].reset();
+    offers_[r.child_relid - 1].reset();
 }
 
 void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
@@ -417,7 +428,7 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
         stats_.bad_messages++;
         return;
     }
-    Channel* ch = find(req.child_relid);
+    Offer* ch = find(req.child_relid);
     const bool ok = ch && ch->open && req.target_vp < synic_.nr_vps();
     if (ok) {
         ch->target_vp = req.target_vp;
@@ -445,7 +456,7 @@ Status Server::on_signal_event(uint32_t /*vp*/, uint32_t connection_id, uint16_t
     uint32_t relid = connection_id - kSignalBase;
     {
         std::lock_guard lock(mu_);
-        Channel* ch = connection_id > kSignalBase ? find(relid) : nullptr;
+        Offer* ch = connection_id > kSignalBase ? find(relid) : nullptr;
         if (!ch || !ch->open) return Status::InvalidConnectionId;
         h = ch->info.handler;
     }

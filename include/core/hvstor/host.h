@@ -9,6 +9,9 @@
 
 namespace hvstor {
 
+// The guest page size: the unit of GPADLs, ring pages, SynIC pages and Host::map.
+constexpr uint32_t kPageSize = 4096;
+
 class Host {
 public:
     virtual ~Host() = default;

@@ -24,7 +24,6 @@ constexpr size_t kSintCount = 16;
 constexpr size_t kMessageSlotSize = 256;
 constexpr size_t kMessagePayloadMax = 240;
 constexpr size_t kEventFlagsPerSint = 2048;
-constexpr uint32_t kPageSize = 4096;
 
 struct Message {
     uint32_t type = 0;

@@ -15,8 +15,7 @@
 #include "hvstor/host.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/protocol.h"
-#include "hvstor/vmbus/channel.h"
-#include "hvstor/vmbus/server.h"
+#include "hvstor/vmbus/bus.h"
 
 namespace hvstor::storvsp {
 
@@ -38,14 +37,14 @@ struct ControllerStats {
     std::atomic<uint64_t> subchannels_offered{0};
 };
 
-class StorChannel;
+class Queue;
 
 class Controller : public scsi::CommandSink {
 public:
     static constexpr size_t kMaxLuns = 64;
 
-    Controller(Host& host, hv::Synic& synic, vmbus::Server& server, const vmbus::Guid& instance,
-               const ControllerConfig& cfg);
+    // `host` for the guest's data buffers and rings; `bus` for offers. Both outlive it.
+    Controller(Host& host, vmbus::Bus& bus, const vmbus::Guid& instance, const ControllerConfig& cfg);
     ~Controller() override;
 
     // Offers the primary channel. Attach disks before or after (hot add).
@@ -65,7 +64,7 @@ public:
     void command_done(scsi::Command* cmd) override;
 
 private:
-    friend class StorChannel;
+    friend class Queue;
 
     scsi::Disk* lookup(uint8_t path, uint8_t target, uint8_t lun);
     std::vector<uint16_t> luns();
@@ -74,8 +73,7 @@ private:
     void primary_closed();
 
     Host& host_;
-    hv::Synic& synic_;
-    vmbus::Server& server_;
+    vmbus::Bus& bus_;
     vmbus::Guid instance_;
     ControllerConfig cfg_;
     ControllerStats stats_;
@@ -83,7 +81,7 @@ private:
     mutable std::mutex mu_;  // channels_
     // Read on every request by every channel's worker: no lock on that path.
     std::array<std::atomic<scsi::Disk*>, kMaxLuns> luns_{};
-    std::vector<std::unique_ptr<StorChannel>> channels_; // [0] primary
+    std::vector<std::unique_ptr<Queue>> channels_; // [0] primary
     uint32_t primary_relid_ = 0;
     std::atomic<bool> ready_{false}; // the primary finished the handshake
 };

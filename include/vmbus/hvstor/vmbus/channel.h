@@ -1,6 +1,7 @@
 // The runtime of one open VMBus channel: its two rings, a worker thread, and signalling
 // both ways. A device (storvsp) supplies a PacketHandler; guest signals and device
-// completions only wake the worker, which does all ring work in batches.
+// completions only wake the worker, which does all ring work in batches. It needs only
+// the Host (to map the ring pages) and the bus's GuestSignal: no partition, no server.
 #pragma once
 
 #include <atomic>
@@ -11,30 +12,30 @@
 #include <thread>
 #include <vector>
 
-#include "hvstor/hyperv/synic.h"
+#include "hvstor/host.h"
+#include "hvstor/vmbus/bus.h"
 #include "hvstor/vmbus/ring.h"
-#include "hvstor/vmbus/server.h"
 
 namespace hvstor::vmbus {
 
-class Channel;
+class ChannelRuntime;
 
 class PacketHandler {
 public:
     virtual ~PacketHandler() = default;
     // Worker thread, at each wake-up before incoming packets: finish completed work
     // (write completion packets with Channel::send).
-    virtual void on_wake(Channel& ch) = 0;
+    virtual void on_wake(ChannelRuntime& ch) = 0;
     // Whether one more incoming packet may be taken now. False applies back-pressure:
     // the packet stays in the ring until a later wake-up.
-    virtual bool can_accept(Channel& ch) = 0;
+    virtual bool can_accept(ChannelRuntime& ch) = 0;
     // One incoming packet (descriptor and payload), already removed from the ring.
-    virtual void on_packet(Channel& ch, const PacketDescriptor& d, std::span<const uint8_t> packet) = 0;
+    virtual void on_packet(ChannelRuntime& ch, const PacketDescriptor& d, std::span<const uint8_t> packet) = 0;
     // After a batch of packets: submit what was collected.
-    virtual void on_batch_end(Channel& ch) = 0;
+    virtual void on_batch_end(ChannelRuntime& ch) = 0;
     // The worker is stopping (channel closed): wait for and drop outstanding work. No
     // packets may be sent any more.
-    virtual void on_stop(Channel& ch) = 0;
+    virtual void on_stop(ChannelRuntime& ch) = 0;
 };
 
 struct ChannelStats {
@@ -45,12 +46,15 @@ struct ChannelStats {
     std::atomic<uint64_t> ring_full_waits{0}; // back-pressure episodes
 };
 
-class Channel {
+class ChannelRuntime {
 public:
-    // Maps the ring pages of the open request; nullptr with `err` if they are not RAM.
-    static std::unique_ptr<Channel> open(Host& host, hv::Synic& synic, uint8_t sint, const OpenRequest& req,
-                                         PacketHandler& handler, std::string& err);
-    ~Channel(); // stops the worker (see stop())
+    // Maps the ring pages of the open request and starts the worker; nullptr with `err` if
+    // the pages are not RAM or no thread could be started.
+    static std::unique_ptr<ChannelRuntime> open(Host& host, const OpenRequest& req, PacketHandler& handler,
+                                                std::string& err);
+    ~ChannelRuntime(); // stops the worker (see stop())
+    ChannelRuntime(const ChannelRuntime&) = delete;
+    ChannelRuntime& operator=(const ChannelRuntime&) = delete;
 
     // Any thread: wake the worker (a guest signal, or completed work to send).
     void notify_guest_signal();
@@ -72,14 +76,12 @@ public:
     void stop();
 
 private:
-    Channel(Host& host, hv::Synic& synic, uint8_t sint, const OpenRequest& req, RingPages in, RingPages out,
-            PacketHandler& handler);
+    ChannelRuntime(const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler);
     void run();
     bool pump();  // one round; returns true if it did anything
     void signal_guest();
 
-    hv::Synic& synic_;
-    uint8_t sint_;
+    GuestSignal signal_;
     uint32_t relid_;
     std::atomic<uint32_t> target_vp_;
     IncomingRing in_;

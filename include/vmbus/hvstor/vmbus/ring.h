@@ -31,7 +31,6 @@ struct PacketDescriptor {
 #pragma pack(pop)
 static_assert(sizeof(PacketDescriptor) == 16);
 
-constexpr uint32_t kRingPage = 4096;
 // Largest packet the host accepts from the guest (a GPA-direct SRB for 1 MiB is ~2.2 KiB).
 constexpr uint32_t kMaxIncomingPacket = 8192;
 

@@ -214,10 +214,4 @@ static_assert(sizeof(ModifyChannelResponse) == 16);
 
 #pragma pack(pop)
 
-// NT status values carried in OpenResult / GpadlCreated / ModifyChannelResponse.
-constexpr uint32_t kStatusSuccess = 0;
-constexpr uint32_t kStatusUnsuccessful = 0xC0000001;
-constexpr uint32_t kStatusNotSupported = 0xC00000BB;
-constexpr uint32_t kStatusInvalidParameter = 0xC000000D;
-
 } // namespace hvstor::vmbus

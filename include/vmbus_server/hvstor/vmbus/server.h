@@ -1,5 +1,6 @@
 // The VMBus server: version negotiation, channel offers, GPADLs and channel open/close
-// requests from the guest, answered over SynIC messages.
+// requests from the guest, answered over SynIC messages. It is the Bus devices offer
+// their channels on.
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "hvstor/hyperv/partition.h"
+#include "hvstor/vmbus/bus.h"
 #include "hvstor/vmbus/guid.h"
 #include "hvstor/vmbus/messages.h"
 
@@ -25,35 +27,6 @@ struct Gpadl {
     // Ranges as sent: for each, byte_count, byte_offset, then its pfns.
     std::vector<uint64_t> range_data;
     bool complete() const;
-};
-
-struct OpenRequest {
-    uint32_t child_relid;
-    uint32_t target_vp;
-    uint8_t sint;  // where channel events go (the connection's message SINT)
-    uint32_t downstream_page_offset;
-    const Gpadl* ring;
-    std::array<uint8_t, 120> user_data;
-};
-
-// The device behind an offer. Without one, opens are refused with an error status.
-class ChannelHandler {
-public:
-    virtual ~ChannelHandler() = default;
-    // Returns an NT status for OPENCHANNEL_RESULT.
-    virtual uint32_t on_open(const OpenRequest& req) = 0;
-    virtual void on_close(uint32_t child_relid) = 0;
-    // The guest signalled the open channel (SIGNAL_EVENT on its connection id).
-    virtual void on_guest_signal(uint32_t child_relid) = 0;
-    // MODIFYCHANNEL moved the channel's interrupts to another VP.
-    virtual void on_target_vp(uint32_t child_relid, uint32_t vp) = 0;
-};
-
-struct OfferInfo {
-    Guid type;
-    Guid instance;
-    uint16_t subchannel_index = 0;
-    ChannelHandler* handler = nullptr;
 };
 
 struct ServerConfig {
@@ -71,7 +44,7 @@ struct ServerStats {
     uint64_t send_failures = 0;  // SynIC refused a message
 };
 
-class Server : public hv::MessageHandler {
+class Server final : public hv::MessageHandler, public Bus {
 public:
     static constexpr uint32_t kMaxRelid = 2047;
     // Connection ids for channel signals are kSignalBase + child_relid.
@@ -79,13 +52,9 @@ public:
 
     Server(hv::Synic& synic, const ServerConfig& cfg);
 
-    // Registers a channel to offer at the next REQUESTOFFERS (or right away if the guest
-    // is already connected). Returns the child relid, 0 when all are in use. Never call
-    // it with a lock held that on_close() of any handler takes.
-    uint32_t add_offer(const OfferInfo& offer);
-    // Withdraws an offer (closing the channel first if open). The relid is reused once
-    // the guest released it. False if there is no such offer.
-    bool rescind(uint32_t relid);
+    // Bus. A rescinded relid is reused once the guest released it.
+    uint32_t offer(const OfferInfo& offer) override;
+    bool rescind(uint32_t relid) override;
 
     hv::Status on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
                                std::span<const uint8_t> payload) override;
@@ -103,7 +72,7 @@ public:
     void reset();
 
 private:
-    struct Channel {
+    struct Offer {
         OfferInfo info;
         uint32_t relid = 0;
         bool offered = false;
@@ -138,14 +107,14 @@ private:
     void modify_channel(std::span<const uint8_t> m, Outbox& out);
     void unload(Outbox& out);
     void relid_released(std::span<const uint8_t> m);
-    void close_locked(Channel& ch);
+    void close_locked(Offer& ch);
     void run_closes();
     void finish_gpadl(Gpadl& g, Outbox& out);
     void fail_gpadl(Gpadl& g, Outbox& out);
     void answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& out);
     void drop_connection_locked();
-    OfferChannel make_offer(const Channel& ch) const;
-    Channel* find(uint32_t relid);
+    OfferChannel make_offer(const Offer& ch) const;
+    Offer* find(uint32_t relid);
 
     hv::Synic& synic_;
     ServerConfig cfg_;
@@ -154,7 +123,7 @@ private:
     uint32_t target_vp_ = 0;
     uint8_t sint_ = kVmbusSint;
     bool offers_requested_ = false;
-    std::vector<std::unique_ptr<Channel>> channels_; // index = relid - 1; null = free
+    std::vector<std::unique_ptr<Offer>> offers_; // index = relid - 1; null = free
     std::vector<std::pair<ChannelHandler*, uint32_t>> closing_;
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;

@@ -1,5 +1,6 @@
-// One channel of a storvsp controller (primary or subchannel): the VMBus-facing
-// ChannelHandler and the worker-facing PacketHandler. Private to hw/storvsp.
+// One queue of a storvsp controller: the controller's share of one VMBus channel (the
+// primary or a subchannel), as the guest's blk-mq sees one hardware queue per channel. The
+// bus-facing ChannelHandler and the worker-facing PacketHandler. Private to hw/storvsp.
 #pragma once
 
 #include <condition_variable>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "hvstor/storvsp/controller.h"
+#include "hvstor/vmbus/channel.h"
 
 namespace hvstor::storvsp {
 
@@ -22,13 +24,13 @@ struct IoContext {
     std::vector<iovec> pages; // as mapped, for unmap
     std::vector<iovec> iov;   // merged, for the disk
     bool writes_guest = false;
-    class StorChannel* channel = nullptr;
+    class Queue* channel = nullptr;
 };
 
-class StorChannel final : public vmbus::ChannelHandler, public vmbus::PacketHandler {
+class Queue final : public vmbus::ChannelHandler, public vmbus::PacketHandler {
 public:
-    StorChannel(Controller& ctl, uint16_t index);
-    ~StorChannel() override;
+    Queue(Controller& ctl, uint16_t index);
+    ~Queue() override;
 
     uint16_t index() const { return index_; }
     uint32_t relid() const { return relid_.load(); }
@@ -39,29 +41,29 @@ public:
     // From any thread: a command finished.
     void done(IoContext* ctx);
 
-    // vmbus::ChannelHandler (VMBus server, vCPU threads)
+    // vmbus::ChannelHandler (the bus: vCPU threads)
     uint32_t on_open(const vmbus::OpenRequest& req) override;
     void on_close(uint32_t relid) override;
     void on_guest_signal(uint32_t relid) override;
     void on_target_vp(uint32_t relid, uint32_t vp) override;
 
     // vmbus::PacketHandler (the channel's worker thread)
-    void on_wake(vmbus::Channel& ch) override;
-    bool can_accept(vmbus::Channel& ch) override;
-    void on_packet(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) override;
-    void on_batch_end(vmbus::Channel& ch) override;
-    void on_stop(vmbus::Channel& ch) override;
+    void on_wake(vmbus::ChannelRuntime& ch) override;
+    bool can_accept(vmbus::ChannelRuntime& ch) override;
+    void on_packet(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) override;
+    void on_batch_end(vmbus::ChannelRuntime& ch) override;
+    void on_stop(vmbus::ChannelRuntime& ch) override;
 
 private:
     enum class InitState { Start, Initializing, VersionAgreed, Ready };
 
-    void control(vmbus::Channel& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
-    void execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
+    void control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
+    void execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                      const VstorPacket& p, uint32_t len);
-    bool map_buffer(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes);
+    bool map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes);
     void unmap(IoContext& ctx);
-    void reply(vmbus::Channel& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
-    void complete(vmbus::Channel& ch, IoContext* ctx);
+    void reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
+    void complete(vmbus::ChannelRuntime& ch, IoContext* ctx);
     void release(IoContext* ctx);
 
     Controller& ctl_;
@@ -69,7 +71,7 @@ private:
     std::atomic<uint32_t> relid_{0};
 
     mutable std::mutex mu_;                   // runtime_ against close
-    std::unique_ptr<vmbus::Channel> runtime_;
+    std::unique_ptr<vmbus::ChannelRuntime> runtime_;
     std::atomic<bool> enumerate_{false};
 
     // Worker thread only.

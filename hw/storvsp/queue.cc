@@ -1,4 +1,4 @@
-#include "stor_channel.h"
+#include "queue.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,6 @@ namespace hvstor::storvsp {
 
 namespace {
 
-constexpr uint32_t kPage = 4096;
 // A completion: descriptor, a 64-byte vstor packet, trailer. The guest's incoming ring
 // takes packets of at most 80 bytes (descriptor + packet).
 const uint32_t kCompletionBytes = vmbus::OutgoingRing::packet_bytes(sizeof(VstorPacket));
@@ -18,9 +17,9 @@ bool version_known(uint16_t v) { return v == kVersionWin8 || v == kVersionWin8_1
 
 } // namespace
 
-StorChannel::StorChannel(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index) {
+Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index) {
     const uint32_t n = ctl_.cfg_.max_outstanding_per_channel;
-    const size_t max_pages = ctl_.cfg_.max_transfer_bytes / kPage + 1;
+    const size_t max_pages = ctl_.cfg_.max_transfer_bytes / kPageSize + 1;
     pool_.resize(n);
     free_.reserve(n);
     for (auto& c : pool_) {
@@ -35,8 +34,8 @@ StorChannel::StorChannel(Controller& ctl, uint16_t index) : ctl_(ctl), index_(in
     done_swap_.reserve(n);
 }
 
-StorChannel::~StorChannel() {
-    std::unique_ptr<vmbus::Channel> rt;
+Queue::~Queue() {
+    std::unique_ptr<vmbus::ChannelRuntime> rt;
     {
         std::lock_guard lock(mu_);
         rt = std::move(runtime_);
@@ -44,29 +43,29 @@ StorChannel::~StorChannel() {
     if (rt) rt->stop();
 }
 
-bool StorChannel::is_open() const {
+bool Queue::is_open() const {
     std::lock_guard lock(mu_);
     return runtime_ != nullptr;
 }
 
-void StorChannel::request_enumerate() {
+void Queue::request_enumerate() {
     std::lock_guard lock(mu_);
     if (!runtime_) return; // the guest scans when it connects
     enumerate_ = true;
     runtime_->wake();
 }
 
-uint32_t StorChannel::on_open(const vmbus::OpenRequest& req) {
+uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     std::lock_guard lock(mu_);
     if (runtime_) return vmbus::kStatusUnsuccessful;
     state_ = InitState::Start;
     std::string err;
-    runtime_ = vmbus::Channel::open(ctl_.host_, ctl_.synic_, req.sint, req, *this, err);
+    runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, err);
     return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
 }
 
-void StorChannel::on_close(uint32_t) {
-    std::unique_ptr<vmbus::Channel> rt;
+void Queue::on_close(uint32_t) {
+    std::unique_ptr<vmbus::ChannelRuntime> rt;
     {
         std::lock_guard lock(mu_);
         rt = std::move(runtime_);
@@ -78,19 +77,19 @@ void StorChannel::on_close(uint32_t) {
     }
 }
 
-void StorChannel::on_guest_signal(uint32_t) {
+void Queue::on_guest_signal(uint32_t) {
     std::lock_guard lock(mu_);
     if (runtime_) runtime_->notify_guest_signal();
 }
 
-void StorChannel::on_target_vp(uint32_t, uint32_t vp) {
+void Queue::on_target_vp(uint32_t, uint32_t vp) {
     std::lock_guard lock(mu_);
     if (runtime_) runtime_->set_target_vp(vp);
 }
 
 // The worker takes the whole list at each wake-up, so only the completion that finds the
 // list empty needs to wake it: one eventfd write per batch of completions, not per I/O.
-void StorChannel::done(IoContext* ctx) {
+void Queue::done(IoContext* ctx) {
     bool first;
     {
         std::lock_guard lock(done_mu_);
@@ -103,7 +102,7 @@ void StorChannel::done(IoContext* ctx) {
     if (runtime_) runtime_->wake();
 }
 
-void StorChannel::on_wake(vmbus::Channel& ch) {
+void Queue::on_wake(vmbus::ChannelRuntime& ch) {
     {
         std::lock_guard lock(done_mu_);
         done_swap_.swap(done_);
@@ -119,14 +118,14 @@ void StorChannel::on_wake(vmbus::Channel& ch) {
     }
 }
 
-bool StorChannel::can_accept(vmbus::Channel& ch) {
+bool Queue::can_accept(vmbus::ChannelRuntime& ch) {
     if (free_.empty()) return false;
     // Never take a request whose completion might not fit: room for every completion
     // still owed, plus this one.
     return ch.reserve_out((outstanding_ + 1) * kCompletionBytes);
 }
 
-void StorChannel::on_stop(vmbus::Channel&) {
+void Queue::on_stop(vmbus::ChannelRuntime&) {
     // Every command taken from the ring completes; wait for them, then let go of the
     // guest's pages. The guest closed the channel, so nothing more is sent.
     std::unique_lock lock(done_mu_);
@@ -137,13 +136,13 @@ void StorChannel::on_stop(vmbus::Channel&) {
     state_ = InitState::Start;
 }
 
-void StorChannel::reply(vmbus::Channel& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len) {
+void Queue::reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len) {
     // Space was reserved in can_accept().
     ch.send(vmbus::PacketType::Completion, 0, trans_id,
             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), len));
 }
 
-void StorChannel::on_packet(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) {
+void Queue::on_packet(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) {
     // The ring checked d against the packet; check again here so that this function is
     // safe on its own: an offset past the end leaves no payload, never a wrapped length.
     const uint32_t off = uint32_t(d.offset8) * 8;
@@ -166,7 +165,7 @@ void StorChannel::on_packet(vmbus::Channel& ch, const vmbus::PacketDescriptor& d
     else control(ch, d.trans_id, p, len);
 }
 
-void StorChannel::control(vmbus::Channel& ch, uint64_t trans_id, VstorPacket& p, uint32_t len) {
+void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len) {
     const auto op = static_cast<Operation>(p.operation);
     uint32_t status = kStatusSuccess;
     const bool primary = index_ == 0;
@@ -231,7 +230,7 @@ void StorChannel::control(vmbus::Channel& ch, uint64_t trans_id, VstorPacket& p,
     reply(ch, trans_id, p, len);
 }
 
-bool StorChannel::map_buffer(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes) {
+bool Queue::map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes) {
     // GPA-direct layout after the descriptor: u32 reserved, u32 range count, then ranges
     // of {u32 byte_count, u32 byte_offset, u64 pfn[]}, all before the payload.
     constexpr uint32_t kHdr = sizeof(vmbus::PacketDescriptor);
@@ -247,16 +246,16 @@ bool StorChannel::map_buffer(IoContext& ctx, std::span<const uint8_t> pkt, uint3
         std::memcpy(&count, pkt.data() + pos, 4);
         std::memcpy(&offset, pkt.data() + pos + 4, 4);
         pos += 8;
-        if (offset >= kPage) return false;
-        const uint64_t npfns = (uint64_t(offset) + count + kPage - 1) / kPage;
+        if (offset >= kPageSize) return false;
+        const uint64_t npfns = (uint64_t(offset) + count + kPageSize - 1) / kPageSize;
         if (npfns > (payload_off - pos) / 8) return false;
         uint32_t in_page = offset, range_left = count;
         for (uint64_t i = 0; i < npfns && left && range_left; i++) {
             uint64_t pfn;
             std::memcpy(&pfn, pkt.data() + pos + i * 8, 8);
-            const uint32_t n = std::min({kPage - in_page, left, range_left});
+            const uint32_t n = std::min({kPageSize - in_page, left, range_left});
             if (ctx.pages.size() == ctx.pages.capacity() || pfn >= (1ull << 52)) return false;
-            void* host = ctl_.host_.map(pfn * kPage + in_page, n, ctx.writes_guest);
+            void* host = ctl_.host_.map(pfn * kPageSize + in_page, n, ctx.writes_guest);
             if (!host) return false;
             ctx.pages.push_back({host, n});
             // Guest pages that are contiguous on the host become one iovec.
@@ -274,13 +273,13 @@ bool StorChannel::map_buffer(IoContext& ctx, std::span<const uint8_t> pkt, uint3
     return left == 0;
 }
 
-void StorChannel::unmap(IoContext& ctx) {
+void Queue::unmap(IoContext& ctx) {
     for (const iovec& v : ctx.pages) ctl_.host_.unmap(v.iov_base, v.iov_len, ctx.writes_guest);
     ctx.pages.clear();
     ctx.iov.clear();
 }
 
-void StorChannel::execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
+void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                               const VstorPacket& p, uint32_t len) {
     ctl_.stats_.srbs++;
     if (!ctl_.ready_) {
@@ -322,7 +321,7 @@ void StorChannel::execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor&
     if (c.dir != scsi::Dir::None) {
         const uint32_t bytes = srb.data_transfer_length;
         if (bytes > ctl_.cfg_.max_transfer_bytes || d.type != uint16_t(vmbus::PacketType::DataUsingGpaDirect) ||
-            (bytes && !map_buffer(*ctx, pkt, uint32_t(d.offset8) * 8, bytes))) {
+            (bytes && !map_gpa_ranges(*ctx, pkt, uint32_t(d.offset8) * 8, bytes))) {
             unmap(*ctx);
             ctx->srb_override = kSrbInvalidRequest;
             return complete(ch, ctx);
@@ -354,7 +353,7 @@ void StorChannel::execute_srb(vmbus::Channel& ch, const vmbus::PacketDescriptor&
     batch_.push_back({disk, {&c}});
 }
 
-void StorChannel::on_batch_end(vmbus::Channel&) {
+void Queue::on_batch_end(vmbus::ChannelRuntime&) {
     // Entries stay, with their capacity, so batches allocate nothing once warm. A disk
     // pointer is only used while its entry holds commands taken in this batch.
     for (auto& [disk, cmds] : batch_) {
@@ -363,12 +362,12 @@ void StorChannel::on_batch_end(vmbus::Channel&) {
     }
 }
 
-void StorChannel::release(IoContext* ctx) {
+void Queue::release(IoContext* ctx) {
     unmap(*ctx);
     free_.push_back(ctx);
 }
 
-void StorChannel::complete(vmbus::Channel& ch, IoContext* ctx) {
+void Queue::complete(vmbus::ChannelRuntime& ch, IoContext* ctx) {
     const scsi::Command& c = ctx->cmd;
     VstorPacket r = ctx->req;
     r.operation = static_cast<uint32_t>(Operation::CompleteIo);

@@ -1,0 +1,121 @@
+// storvsp on its own: a controller on a loopback bus, with no partition, SynIC or VMBus
+// server in this binary (it links the storvsp layer and what is below it, nothing else).
+#include <gtest/gtest.h>
+
+#include "fake_bus.h"
+#include "fake_host.h"
+#include "storvsc_rings.h"
+#include "hvstor/backend/backend.h"
+#include "hvstor/scsi/disk.h"
+#include "hvstor/storvsp/controller.h"
+
+using namespace hvstor;
+using namespace hvstor::storvsp;
+using hvstor::test::FakeHost;
+using hvstor::test::LoopbackBus;
+using hvstor::test::StorvscRings;
+
+namespace {
+
+constexpr uint64_t kRings = 0x400000;
+constexpr uint64_t kBuf = 0x500000;
+constexpr uint32_t kPages = 2 * StorvscRings::kRingPages;
+
+class StorvspBusTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        std::string err;
+        ram = backend::make_ram(16 << 20, err);
+        ASSERT_TRUE(ram) << err;
+        ctl = std::make_unique<Controller>(host, bus, *vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"),
+                                           ControllerConfig{});
+        ASSERT_TRUE(ctl->start(err)) << err;
+        disk = std::make_unique<scsi::Disk>(*ram, scsi::DiskConfig{}, *ctl);
+        ASSERT_TRUE(ctl->attach(0, disk.get(), err)) << err;
+    }
+    void TearDown() override {
+        ctl.reset();
+        disk.reset();
+    }
+    StorvscRings::Chan open_primary() {
+        auto c = guest.rings(ctl->primary_relid(), kRings);
+        EXPECT_EQ(bus.open(c.relid, kRings, kPages), vmbus::kStatusSuccess);
+        return c;
+    }
+    static VmscsiRequest rw10(bool write, uint32_t lba, uint16_t blocks) {
+        VmscsiRequest s{};
+        s.cdb_length = 10;
+        s.cdb_or_sense[0] = write ? 0x2A : 0x28;
+        s.data_in = write ? kDataWrite : kDataRead;
+        s.cdb_or_sense[5] = uint8_t(lba);
+        s.cdb_or_sense[8] = uint8_t(blocks);
+        s.sense_info_length = kSenseBytes;
+        return s;
+    }
+
+    FakeHost host;
+    LoopbackBus bus;
+    StorvscRings guest{host, [this](StorvscRings::Chan& c) { bus.signal(c.relid); }};
+    std::unique_ptr<backend::Backend> ram;
+    std::unique_ptr<Controller> ctl;
+    std::unique_ptr<scsi::Disk> disk;
+};
+
+TEST_F(StorvspBusTest, PrimaryIsOfferedAsASyntheticScsiController) {
+    ASSERT_EQ(bus.offered.size(), 1u);
+    auto o = bus.offer_of(bus.offered[0]);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->type, vmbus::kScsiControllerType);
+    EXPECT_EQ(o->subchannel_index, 0);
+}
+
+TEST_F(StorvspBusTest, HandshakeThenDataRoundTrip) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (uint32_t i = 0; i < 8192; i++) *host.ram(kBuf + i) = uint8_t(i * 13 + 1);
+    guest.send_srb(c, rw10(true, 8, 16), kBuf, 8192);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    guest.send_srb(c, rw10(false, 8, 16), kBuf + 0x10000, 8192);
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_EQ(std::memcmp(host.ram(kBuf), host.ram(kBuf + 0x10000), 8192), 0);
+    EXPECT_GT(bus.interrupts.load(), 0u) << "completions raised the channel's interrupt";
+}
+
+TEST_F(StorvspBusTest, SubchannelsAreOfferedOnRequestAndWithdrawnWithThePrimary) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::CreateSubChannels);
+    v.sub_channel_count = 3;
+    guest.send(c, v);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.status, kStatusSuccess);
+    // The offers follow the answer, from the channel's worker: closing the primary joins
+    // that worker, so afterwards the offer list is complete.
+    bus.close(c.relid);
+    ASSERT_EQ(bus.offered.size(), 4u);
+    EXPECT_EQ(bus.rescinded.size(), 3u) << "subchannels go with the primary";
+    EXPECT_EQ(ctl->stats().subchannels_offered.load(), 3u);
+}
+
+TEST_F(StorvspBusTest, MalformedPacketsAreAnsweredWithAnError) {
+    auto c = open_primary();
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::BeginInitialization);
+    guest.send(c, v, 8); // shorter than any vstor packet
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.status, kStatusInvalidParameter);
+    guest.send_srb(c, rw10(false, 0, 1), kBuf, 512);
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.status, kStatusInvalidDeviceState) << "SRB before the handshake";
+    EXPECT_EQ(ctl->stats().bad_packets.load(), 2u);
+}
+
+} // namespace
