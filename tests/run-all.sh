@@ -26,6 +26,10 @@ for bin in unit-tests storvsp/storvsp-tests scsi/scsi-tests perf/perf-tests; do
   record "$(basename "$bin") (gtest, ASan/UBSan)" "${PIPESTATUS[0]}"
 done
 
+# House rule: no function over 80 lines in the device without a "Long:" reason above it.
+python3 "$HVSTOR_ROOT/tests/lint/function_length.py" --max 80 "$HVSTOR_ROOT/hw" "$HVSTOR_ROOT/backend" | tail -n 20
+record "lint: function length" "${PIPESTATUS[0]}"
+
 QEMU=$(bash "$HVSTOR_ROOT/scripts/build-qemu.sh" | tail -n 1) || die "QEMU build failed"
 export QEMU
 for t in "$HVSTOR_ROOT"/tests/boot/*.sh; do

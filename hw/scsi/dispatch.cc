@@ -84,7 +84,7 @@ Started start_command(Command& cmd, const Target& t) {
 
 void finish_command(Command& cmd, const backend::Request& req) {
     const bool data = req.op == backend::Op::Read || req.op == backend::Op::Write;
-    if (data && req.iov != nullptr && req.iov != cmd.iov) delete[] req.iov;  // map_buffer's copy
+    if (data && req.iov != nullptr && req.iov != cmd.iov) delete[] req.iov;  // attach_buffer's copy
     switch (req.result) {
     case 0:
         cmd.status = kStatusGood;

@@ -35,7 +35,7 @@ size_t copy_from_iov(const iovec* iov, uint32_t iovcnt, void* dst, size_t len) {
 
 namespace detail {
 
-bool map_buffer(Command& cmd, uint64_t bytes) {
+bool attach_buffer(Command& cmd, uint64_t bytes) {
     backend::Request& r = cmd.be_req;
     r.iov = nullptr;
     r.iovcnt = 0;

@@ -107,6 +107,50 @@ void emulate_mode_sense(Command& cmd, const Target& t) {
     reply(cmd, buf.data(), n, alloc);
 }
 
+namespace {
+
+// MODE SELECT parameter checks: nullptr when acceptable, else the ASC to fail with.
+
+// The block descriptor, if any: the capacity cannot change and the block size must be ours.
+const Asc* check_block_descriptor(const uint8_t* p, size_t header, size_t len, bool ten, const Target& t) {
+    const size_t bd_len = ten ? get16(&p[6]) : p[3];
+    const bool long_lba = ten && (p[4] & 0x01);
+    if (bd_len != 0 && bd_len != (long_lba ? 16u : 8u)) return &kInvalidFieldInParameterList;
+    if (header + bd_len > len) return &kParameterListLengthError;
+    if (bd_len != 0) {
+        const uint8_t* bd = &p[header];
+        const uint32_t bs = long_lba ? get32(bd + 12) : static_cast<uint32_t>(bd[5] << 16 | bd[6] << 8 | bd[7]);
+        if (bs != t.block_size) return &kInvalidFieldInParameterList;
+    }
+    return nullptr;
+}
+
+// The pages from `pos` on: each must be one we report, with nothing changed but the
+// caching bits we ignore.
+const Asc* check_pages(const uint8_t* p, size_t pos, size_t len) {
+    while (pos < len) {
+        if (len - pos < 2) return &kParameterListLengthError;
+        const uint8_t code = p[pos] & 0x3F;
+        const bool spf = p[pos] & 0x40;
+        const size_t page_len = size_t{p[pos + 1]} + 2;
+        if (page_len > len - pos) return &kParameterListLengthError;
+        std::array<uint8_t, kCachingLength> current{};
+        const size_t cur_len = spf ? 0 : build_page(code, Pc::Current, current.data());
+        if (cur_len == 0 || cur_len != page_len) return &kInvalidFieldInParameterList;
+        // PS (bit 7 of byte 0) is reserved in MODE SELECT; WCE and RCD may differ and are
+        // ignored; every other bit must match what we report.
+        for (size_t i = 2; i < page_len; i++) {
+            uint8_t mask = 0xFF;
+            if (code == kPageCaching && i == 2) mask = static_cast<uint8_t>(~(kWce | kRcd));
+            if ((p[pos + i] & mask) != (current[i] & mask)) return &kInvalidFieldInParameterList;
+        }
+        pos += page_len;
+    }
+    return nullptr;
+}
+
+} // namespace
+
 void emulate_mode_select(Command& cmd, const Target& t) {
     const uint8_t* cdb = cmd.cdb.data();
     const bool ten = cdb[0] == op::kModeSelect10;
@@ -126,64 +170,16 @@ void emulate_mode_select(Command& cmd, const Target& t) {
         fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
         return;
     }
-    if (cmd.xfer_len < len || copy_from_iov(cmd.iov, cmd.iovcnt, p.data(), len) != len) {
-        fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
-        return;
-    }
     const size_t header = ten ? 8 : 4;
-    if (len < header) {
+    if (len < header || cmd.xfer_len < len || copy_from_iov(cmd.iov, cmd.iovcnt, p.data(), len) != len) {
         fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
         return;
     }
-    const size_t bd_len = ten ? get16(&p[6]) : p[3];
-    const bool long_lba = ten && (p[4] & 0x01);
-    if (bd_len != 0 && bd_len != (long_lba ? 16u : 8u)) {
-        fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
+    const Asc* bad = check_block_descriptor(p.data(), header, len, ten, t);
+    if (!bad) bad = check_pages(p.data(), header + (ten ? get16(&p[6]) : p[3]), len);
+    if (bad) {
+        fail(cmd, kSenseIllegalRequest, *bad);
         return;
-    }
-    if (header + bd_len > len) {
-        fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
-        return;
-    }
-    if (bd_len != 0) {
-        // The capacity cannot change; the block size must be the one we have.
-        const uint8_t* bd = &p[header];
-        const uint32_t bs = long_lba ? get32(bd + 12) : static_cast<uint32_t>(bd[5] << 16 | bd[6] << 8 | bd[7]);
-        if (bs != t.block_size) {
-            fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
-            return;
-        }
-    }
-    size_t pos = header + bd_len;
-    while (pos < len) {
-        if (len - pos < 2) {
-            fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
-            return;
-        }
-        const uint8_t code = p[pos] & 0x3F;
-        const bool spf = p[pos] & 0x40;
-        const size_t page_len = size_t{p[pos + 1]} + 2;
-        if (page_len > len - pos) {
-            fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
-            return;
-        }
-        std::array<uint8_t, kCachingLength> current{};
-        const size_t cur_len = spf ? 0 : build_page(code, Pc::Current, current.data());
-        if (cur_len == 0 || cur_len != page_len) {
-            fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
-            return;
-        }
-        // PS (bit 7 of byte 0) is reserved in MODE SELECT; WCE and RCD may differ and are
-        // ignored; every other bit must match what we report.
-        for (size_t i = 2; i < page_len; i++) {
-            uint8_t mask = 0xFF;
-            if (code == kPageCaching && i == 2) mask = static_cast<uint8_t>(~(kWce | kRcd));
-            if ((p[pos + i] & mask) != (current[i] & mask)) {
-                fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
-                return;
-            }
-        }
-        pos += page_len;
     }
     succeed(cmd);
     cmd.data_transferred = static_cast<uint32_t>(len);

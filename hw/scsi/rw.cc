@@ -89,7 +89,7 @@ Started start_read_write(Command& cmd, const Target& t) {
     }
     const uint64_t bytes = e.blocks * t.block_size;
     prepare(cmd, t, write ? backend::Op::Write : backend::Op::Read);
-    if (!map_buffer(cmd, bytes)) return Started::Answered;
+    if (!attach_buffer(cmd, bytes)) return Started::Answered;
     backend::Request& r = cmd.be_req;
     r.fua = write && fua;  // FUA on a read only asks to bypass caches, which have nothing stale
     r.offset = e.lba * t.block_size;

@@ -53,7 +53,7 @@ void emulate_verify(Command& cmd, const Target& t);
 // Points cmd.be_req at exactly `bytes` of the command's buffer. Allocates a trimmed copy of
 // the iovec list only when the cut falls inside a segment; finish_command frees it. False
 // (with sense set) when the buffer is too short, or BUSY when memory is short.
-bool map_buffer(Command& cmd, uint64_t bytes);
+bool attach_buffer(Command& cmd, uint64_t bytes);
 
 // True when `count` blocks from `lba` lie on the disk (an empty range may sit at the end).
 inline bool lba_range_ok(const Target& t, uint64_t lba, uint64_t count) {

@@ -20,6 +20,50 @@ struct Range {
 
 } // namespace
 
+namespace {
+
+using Ranges = std::array<Range, kMaxUnmapDescriptors>;
+
+// Reads the parameter list into `ranges` (empty ones dropped), `n` of them. False with the
+// command failed when the list is malformed or a range is off the disk.
+bool parse_unmap_list(Command& cmd, const Target& t, uint16_t len, Ranges& ranges, size_t& n) {
+    std::array<uint8_t, kHeader + kDescriptor * kMaxUnmapDescriptors> p{};
+    const size_t want = std::min<size_t>(len, p.size());
+    if (len < kHeader || cmd.xfer_len < len || copy_from_iov(cmd.iov, cmd.iovcnt, p.data(), want) != want) {
+        fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
+        return false;
+    }
+    const size_t data_len = get16(&p[0]);  // bytes after this field
+    const size_t desc_len = get16(&p[2]);
+    if (data_len + 2 > len || desc_len + kHeader > len || data_len < desc_len + kHeader - 2) {
+        fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
+        return false;
+    }
+    // SBC: a trailing partial descriptor is ignored.
+    const size_t count = desc_len / kDescriptor;
+    if (count > kMaxUnmapDescriptors) {
+        fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
+        return false;
+    }
+    n = 0;
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t* d = &p[kHeader + i * kDescriptor];
+        const Range r{get64(d), get32(d + 8)};
+        if (r.blocks > kMaxUnmapBlocks) {
+            fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
+            return false;
+        }
+        if (!lba_range_ok(t, r.lba, r.blocks)) {
+            fail(cmd, kSenseIllegalRequest, kLbaOutOfRange);
+            return false;
+        }
+        if (r.blocks != 0) ranges[n++] = r;
+    }
+    return true;
+}
+
+} // namespace
+
 Started start_unmap(Command& cmd, const Target& t) {
     const uint8_t* c = cmd.cdb.data();
     if (c[1] & 0x01) {  // ANCHOR: anchored state is not supported (ANC_SUP clear)
@@ -39,40 +83,9 @@ Started start_unmap(Command& cmd, const Target& t) {
         fail_cdb(cmd);
         return Started::Answered;
     }
-    std::array<uint8_t, kHeader + kDescriptor * kMaxUnmapDescriptors> p{};
-    const size_t want = std::min<size_t>(len, p.size());
-    if (len < kHeader || cmd.xfer_len < len ||
-        copy_from_iov(cmd.iov, cmd.iovcnt, p.data(), want) != want) {
-        fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
-        return Started::Answered;
-    }
-    const size_t data_len = get16(&p[0]);  // bytes after this field
-    const size_t desc_len = get16(&p[2]);
-    if (data_len + 2 > len || desc_len + kHeader > len || data_len < desc_len + kHeader - 2) {
-        fail(cmd, kSenseIllegalRequest, kParameterListLengthError);
-        return Started::Answered;
-    }
-    // SBC: a trailing partial descriptor is ignored.
-    const size_t count = desc_len / kDescriptor;
-    if (count > kMaxUnmapDescriptors) {
-        fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
-        return Started::Answered;
-    }
-    std::array<Range, kMaxUnmapDescriptors> ranges{};
+    Ranges ranges{};
     size_t n = 0;
-    for (size_t i = 0; i < count; i++) {
-        const uint8_t* d = &p[kHeader + i * kDescriptor];
-        const Range r{get64(d), get32(d + 8)};
-        if (r.blocks > kMaxUnmapBlocks) {
-            fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
-            return Started::Answered;
-        }
-        if (!lba_range_ok(t, r.lba, r.blocks)) {
-            fail(cmd, kSenseIllegalRequest, kLbaOutOfRange);
-            return Started::Answered;
-        }
-        if (r.blocks != 0) ranges[n++] = r;
-    }
+    if (!parse_unmap_list(cmd, t, len, ranges, n)) return Started::Answered;
     cmd.data_transferred = len;
     if (n == 0) {
         cmd.status = kStatusGood;
