@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 
 #include "fake_guest.h"
@@ -402,4 +405,58 @@ TEST_F(VmbusTest, GarbageNeverCrashes) {
     }
     SUCCEED() << "bad messages counted: " << server.stats().bad_messages;
     EXPECT_GT(server.stats().bad_messages, 0u);
+}
+
+namespace {
+
+// A device whose close takes as long as the test wants, like a worker draining slow I/O.
+class SlowCloseChannel : public FakeChannel {
+public:
+    void on_close(uint32_t relid) override {
+        {
+            std::unique_lock lock(mu);
+            in_close = true;
+            cv.notify_all();
+            cv.wait(lock, [&] { return release; });
+        }
+        FakeChannel::on_close(relid);
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool in_close = false, release = false;
+};
+
+} // namespace
+
+// CLOSECHANNEL on one vCPU, OPENCHANNEL of the same relid on another while the close is
+// still running: the open must be refused, or two workers would serve one channel.
+TEST_F(VmbusTest, OpenIsRefusedWhileTheCloseIsInProgress) {
+    SlowCloseChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+
+    std::thread closer([&] {
+        CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+        c.child_relid = 1;
+        g.post(1, 1, c);
+    });
+    {
+        std::unique_lock lock(dev.mu);
+        dev.cv.wait(lock, [&] { return dev.in_close; });
+    }
+    g.post(2, 1, open_request());
+    EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    EXPECT_EQ(dev.opens, 1) << "the device never saw the second open";
+    {
+        std::lock_guard lock(dev.mu);
+        dev.release = true;
+    }
+    dev.cv.notify_all();
+    closer.join();
+    EXPECT_EQ(dev.closes, 1);
+    // Once the close has finished, the guest may open the channel again.
+    g.post(0, 1, open_request());
+    EXPECT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    EXPECT_EQ(dev.opens, 2);
 }

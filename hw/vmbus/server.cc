@@ -83,7 +83,10 @@ bool Server::rescind(uint32_t relid) {
 }
 
 void Server::close_locked(Offer& ch) {
-    if (ch.open && ch.info.handler) closing_.push_back({ch.info.handler, ch.relid});
+    if (ch.open && ch.info.handler) {
+        closing_.push_back({ch.info.handler, ch.relid});
+        ch.closing = true;
+    }
     ch.open = false;
 }
 
@@ -95,7 +98,13 @@ void Server::run_closes() {
         std::lock_guard lock(mu_);
         todo.swap(closing_);
     }
-    for (auto& [h, relid] : todo) h->on_close(relid);
+    for (auto& [h, relid] : todo) {
+        h->on_close(relid);
+        std::lock_guard lock(mu_);
+        // The offer may be gone (rescinded and released) or reused by another device.
+        if (relid <= offers_.size() && offers_[relid - 1] && offers_[relid - 1]->info.handler == h)
+            offers_[relid - 1]->closing = false;
+    }
 }
 
 bool Server::connected() const {
@@ -371,7 +380,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
 
     Offer* ch = find(req.child_relid);
     auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
-    if (!ch || ch->open || g == gpadls_.end() || !g->second.complete() ||
+    if (!ch || ch->open || ch->closing || g == gpadls_.end() || !g->second.complete() ||
         g->second.child_relid != req.child_relid || req.target_vp >= synic_.nr_vps() ||
         req.downstream_ringbuffer_pageoffset == 0 ||
         req.downstream_ringbuffer_pageoffset >= g->second.expected_pfns) {

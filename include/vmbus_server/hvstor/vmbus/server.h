@@ -78,6 +78,9 @@ private:
         bool offered = false;
         bool open = false;
         bool rescinded = false; // waiting for RELID_RELEASED
+        // Closed, but the handler's on_close has not returned yet: its worker may still be
+        // writing to the old rings, so no OPEN is accepted until it has.
+        bool closing = false;
         uint32_t target_vp = 0;
     };
     struct Outgoing {
