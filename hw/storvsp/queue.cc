@@ -107,9 +107,15 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
         std::lock_guard lock(done_mu_);
         done_swap_.swap(done_);
     }
+    // Completions still owed from an earlier round go first, in order.
+    size_t sent = 0;
+    while (sent < unsent_.size() && send_completion(ch, *unsent_[sent])) finish(unsent_[sent++]);
+    unsent_.erase(unsent_.begin(), unsent_.begin() + std::ptrdiff_t(sent));
     for (IoContext* ctx : done_swap_) complete(ch, ctx);
     done_swap_.clear();
-    if (enumerate_ && ch.reserve_out(kCompletionBytes)) {
+    // The rescan notice must not take the room of a completion owed: room for all of
+    // them, plus itself.
+    if (enumerate_ && ch.reserve_out((outstanding_ + 1) * kCompletionBytes)) {
         VstorPacket p{};
         p.operation = static_cast<uint32_t>(Operation::EnumerateBus);
         if (ch.send(vmbus::PacketType::DataInband, 0, 0,
@@ -119,6 +125,12 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
 }
 
 bool Queue::can_accept(vmbus::ChannelRuntime& ch) {
+    // Completions held back go out before anything new is taken; the guest signals once
+    // they fit.
+    if (!unsent_.empty()) {
+        ch.reserve_out(uint32_t(unsent_.size()) * kCompletionBytes);
+        return false;
+    }
     if (free_.empty()) return false;
     // Never take a request whose completion might not fit: room for every completion
     // still owed, plus this one.
@@ -129,16 +141,19 @@ void Queue::on_stop(vmbus::ChannelRuntime&) {
     // Every command taken from the ring completes; wait for them, then let go of the
     // guest's pages. The guest closed the channel, so nothing more is sent.
     std::unique_lock lock(done_mu_);
-    done_cv_.wait(lock, [&] { return done_.size() == outstanding_; });
+    done_cv_.wait(lock, [&] { return done_.size() + unsent_.size() == outstanding_; });
     for (IoContext* ctx : done_) release(ctx);
+    for (IoContext* ctx : unsent_) release(ctx);
     done_.clear();
+    unsent_.clear();
     outstanding_ = 0;
     state_ = InitState::Start;
 }
 
-void Queue::reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len) {
-    // Space was reserved in can_accept().
-    ch.send(vmbus::PacketType::Completion, 0, trans_id,
+bool Queue::reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len) {
+    // Space was reserved in can_accept(); only a guest that moved its read index back, or
+    // broke its ring, makes this fail.
+    return ch.send(vmbus::PacketType::Completion, 0, trans_id,
             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), len));
 }
 
@@ -367,9 +382,9 @@ void Queue::release(IoContext* ctx) {
     free_.push_back(ctx);
 }
 
-void Queue::complete(vmbus::ChannelRuntime& ch, IoContext* ctx) {
-    const scsi::Command& c = ctx->cmd;
-    VstorPacket r = ctx->req;
+bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
+    const scsi::Command& c = ctx.cmd;
+    VstorPacket r = ctx.req;
     r.operation = static_cast<uint32_t>(Operation::CompleteIo);
     r.flags = 0;
     r.status = kStatusSuccess;
@@ -377,9 +392,9 @@ void Queue::complete(vmbus::ChannelRuntime& ch, IoContext* ctx) {
     srb.scsi_status = c.status;
     srb.sense_info_length = 0;
     srb.data_transfer_length = c.data_transferred;
-    if (ctx->srb_override) {
-        srb.srb_status = ctx->srb_override;
-        if (ctx->srb_override != kSrbInvalidLun) srb.scsi_status = 0;
+    if (ctx.srb_override) {
+        srb.srb_status = ctx.srb_override;
+        if (ctx.srb_override != kSrbInvalidLun) srb.scsi_status = 0;
         srb.data_transfer_length = 0;
     } else if (c.status == scsi::kStatusGood) {
         srb.srb_status = kSrbSuccess;
@@ -393,8 +408,22 @@ void Queue::complete(vmbus::ChannelRuntime& ch, IoContext* ctx) {
             srb.srb_status |= kSrbAutosenseValid;
         }
     }
+    if (!reply(ch, ctx.trans_id, r, ctx.req_len)) return false;
     if (srb.srb_status != kSrbSuccess) ctl_.stats_.srb_errors++;
-    reply(ch, ctx->trans_id, r, ctx->req_len);
+    return true;
+}
+
+void Queue::complete(vmbus::ChannelRuntime& ch, IoContext* ctx) {
+    // Once one completion is held back, later ones wait behind it: the guest sees them
+    // in the order the commands finished.
+    if (!unsent_.empty() || !send_completion(ch, *ctx)) {
+        unsent_.push_back(ctx);
+        return;
+    }
+    finish(ctx);
+}
+
+void Queue::finish(IoContext* ctx) {
     outstanding_--;
     release(ctx);
 }

@@ -62,9 +62,11 @@ private:
                      const VstorPacket& p, uint32_t len);
     bool map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes);
     void unmap(IoContext& ctx);
-    void reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
+    bool reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
+    bool send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx);
     void complete(vmbus::ChannelRuntime& ch, IoContext* ctx);
     void release(IoContext* ctx);
+    void finish(IoContext* ctx); // answered: no longer outstanding
 
     Controller& ctl_;
     const uint16_t index_;
@@ -85,7 +87,12 @@ private:
     std::condition_variable done_cv_;
     std::vector<IoContext*> done_;
     std::vector<IoContext*> done_swap_;
-    uint32_t outstanding_ = 0; // guarded by done_mu_
+    // Worker thread only. Requests taken and not yet answered: running, in done_, or in
+    // unsent_.
+    uint32_t outstanding_ = 0;
+    // Finished commands whose completion did not fit (the guest moved its read index
+    // back): sent first at the next wake-up, in order, never dropped.
+    std::vector<IoContext*> unsent_;
 };
 
 } // namespace hvstor::storvsp
