@@ -1,12 +1,15 @@
-// The C boundary: wraps the C++ partition and VMBus server for the QEMU glue.
+// The C boundary: wraps the C++ partition and VMBus server for the QEMU glue. Every
+// function runs its body inside guarded() so that no exception reaches C.
 #include "hvstor/capi.h"
 
-#include <cstdlib>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
-#include <exception>
 #include <stdexcept>
 #include <memory>
 #include <string>
+
+#include "guard.h"
 
 #include "hvstor/backend/backend.h"
 #include "hvstor/hyperv/partition.h"
@@ -17,6 +20,10 @@
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/controller.h"
 #include "hvstor/vmbus/server.h"
+
+using hvstor::capi::fail_with;
+using hvstor::capi::guarded;
+using hvstor::capi::log_once;
 
 namespace {
 
@@ -36,12 +43,6 @@ private:
     HvstorHostOps ops_;
 };
 
-char* dup_message(const std::string& s) {
-    char* p = static_cast<char*>(std::malloc(s.size() + 1));
-    if (p) std::memcpy(p, s.c_str(), s.size() + 1);
-    return p;
-}
-
 HvstorMsrResult to_c(hvstor::hv::MsrResult r) {
     switch (r) {
     case hvstor::hv::MsrResult::Handled: return HVSTOR_MSR_HANDLED;
@@ -49,6 +50,11 @@ HvstorMsrResult to_c(hvstor::hv::MsrResult r) {
     default: return HVSTOR_MSR_NOT_OURS;
     }
 }
+
+// A hypercall that failed on an exception (out of memory, or no thread for a channel being
+// opened) answers "insufficient memory": Linux's vmbus_post_msg treats it as transient and
+// retries, where other errors would fail the operation at once.
+constexpr uint64_t kHypercallFailed = static_cast<uint64_t>(hvstor::hv::Status::InsufficientMemory);
 
 } // namespace
 
@@ -58,6 +64,8 @@ struct HvstorVmbus {
     hvstor::vmbus::Server server;
 
     std::shared_ptr<hvstor::perf::VmLimits> vm_limits;
+    // For the entry points with no message channel: see capi::log_once.
+    std::atomic_flag exception_logged;
 
     HvstorVmbus(const HvstorHostOps& ops, uint32_t nr_vps, uint16_t port, uint32_t max_version)
         : host(ops), partition(host, {nr_vps, port}), server(partition.synic(), {max_version, 65536, 1024}) {
@@ -82,191 +90,222 @@ struct HvstorDisk {
 extern "C" {
 
 bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
-    unsigned major = 0, minor = 0;
-    char tail = 0;
-    if (!text || std::sscanf(text, "%u.%u%c", &major, &minor, &tail) != 2) return false;
-    const uint32_t v = (major << 16) | minor;
-    for (uint32_t k : hvstor::vmbus::version::kAll) {
-        if (k == v) {
-            *version = v;
-            return true;
-        }
-    }
-    return false;
+    return guarded(
+        [&] {
+            unsigned major = 0, minor = 0;
+            char tail = 0;
+            if (!text || !version || std::sscanf(text, "%u.%u%c", &major, &minor, &tail) != 2) return false;
+            const uint32_t v = (major << 16) | minor;
+            for (uint32_t k : hvstor::vmbus::version::kAll) {
+                if (k == v) {
+                    *version = v;
+                    return true;
+                }
+            }
+            return false;
+        },
+        [](const char*) { return false; });
 }
 
 HvstorVmbus* hvstor_vmbus_new(const HvstorHostOps* ops, uint32_t nr_vps, uint16_t port, uint32_t max_version,
                               char** err) {
-    try {
-        if (!ops || !ops->read_gpa || !ops->write_gpa || !ops->atomic_or_u32 || !ops->raise_vector ||
-            !ops->map || !ops->unmap)
-            throw std::invalid_argument("incomplete host operations");
-        if (nr_vps == 0 || nr_vps > 4096) throw std::invalid_argument("vCPU count must be 1..4096");
-        return new HvstorVmbus(*ops, nr_vps, port, max_version);
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return nullptr;
-    }
+    return guarded(
+        [&] {
+            if (!ops || !ops->read_gpa || !ops->write_gpa || !ops->atomic_or_u32 || !ops->raise_vector ||
+                !ops->map || !ops->unmap)
+                throw std::invalid_argument("incomplete host operations");
+            if (nr_vps == 0 || nr_vps > 4096) throw std::invalid_argument("vCPU count must be 1..4096");
+            return new HvstorVmbus(*ops, nr_vps, port, max_version);
+        },
+        fail_with(err, nullptr));
 }
 
-void hvstor_vmbus_free(HvstorVmbus* vb) { delete vb; }
+void hvstor_vmbus_free(HvstorVmbus* vb) {
+    // Destructors do not throw (they are noexcept): guarded only so every entry point is.
+    guarded([&] { delete vb; }, [](const char*) {});
+}
 
 void hvstor_vmbus_reset(HvstorVmbus* vb) {
-    vb->server.reset();
-    vb->partition.reset();
+    guarded(
+        [&] {
+            vb->server.reset();
+            vb->partition.reset();
+        },
+        log_once(vb->exception_logged, "hvstor_vmbus_reset"));
 }
 
 void hvstor_cpuid(HvstorVmbus* vb, uint32_t leaf, uint32_t subleaf, uint32_t* eax, uint32_t* ebx, uint32_t* ecx,
                   uint32_t* edx) {
-    hvstor::hv::CpuidRegs r{*eax, *ebx, *ecx, *edx};
-    vb->partition.cpuid(leaf, subleaf, r);
-    *eax = r.eax;
-    *ebx = r.ebx;
-    *ecx = r.ecx;
-    *edx = r.edx;
+    // On an exception the registers keep what the CPU model put there.
+    guarded(
+        [&] {
+            hvstor::hv::CpuidRegs r{*eax, *ebx, *ecx, *edx};
+            vb->partition.cpuid(leaf, subleaf, r);
+            *eax = r.eax;
+            *ebx = r.ebx;
+            *ecx = r.ecx;
+            *edx = r.edx;
+        },
+        log_once(vb->exception_logged, "hvstor_cpuid"));
 }
 
 HvstorMsrResult hvstor_rdmsr(HvstorVmbus* vb, uint32_t vp, uint32_t msr, uint64_t* val) {
-    return to_c(vb->partition.rdmsr(vp, msr, *val));
+    return guarded([&] { return to_c(vb->partition.rdmsr(vp, msr, *val)); },
+                   log_once(vb->exception_logged, "hvstor_rdmsr", HVSTOR_MSR_FAULT));
 }
 
 HvstorMsrResult hvstor_wrmsr(HvstorVmbus* vb, uint32_t vp, uint32_t msr, uint64_t val) {
-    return to_c(vb->partition.wrmsr(vp, msr, val));
+    return guarded([&] { return to_c(vb->partition.wrmsr(vp, msr, val)); },
+                   log_once(vb->exception_logged, "hvstor_wrmsr", HVSTOR_MSR_FAULT));
 }
 
 uint64_t hvstor_hypercall(HvstorVmbus* vb, uint32_t vp, uint64_t control, uint64_t input, uint64_t output) {
-    try {
-        return vb->partition.hypercall(vp, control, input, output);
-    } catch (const std::bad_alloc&) {
-        return static_cast<uint64_t>(hvstor::hv::Status::InsufficientMemory);
-    }
+    return guarded([&] { return vb->partition.hypercall(vp, control, input, output); },
+                   log_once(vb->exception_logged, "hvstor_hypercall", kHypercallFailed));
 }
 
 HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[16],
                                         const HvstorControllerConfig* cfg, char** err) {
-    try {
-        hvstor::storvsp::ControllerConfig cc;
-        cc.max_subchannels = cfg->max_subchannels;
-        cc.max_transfer_bytes = cfg->max_transfer_bytes;
-        cc.max_outstanding_per_channel = cfg->max_outstanding;
-        if (cc.max_transfer_bytes < 4096 || cc.max_transfer_bytes > 8 * 1024 * 1024 ||
-            cc.max_transfer_bytes % 4096)
-            throw std::invalid_argument("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
-        if (cc.max_outstanding_per_channel < 1 || cc.max_outstanding_per_channel > 4096)
-            throw std::invalid_argument("outstanding limit must be 1..4096");
-        if (cc.max_subchannels > 256) throw std::invalid_argument("at most 256 subchannels");
-        hvstor::vmbus::Guid g;
-        std::memcpy(g.bytes.data(), instance, 16);
-        auto c = std::make_unique<HvstorController>();
-        c->vb = vb;
-        c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->partition.synic(), vb->server, g, cc);
-        std::string e;
-        if (!c->ctl->start(e)) throw std::runtime_error(e);
-        return c.release();
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return nullptr;
-    }
+    return guarded(
+        [&] {
+            if (!vb || !instance || !cfg) throw std::invalid_argument("no VMBus, instance or settings");
+            hvstor::storvsp::ControllerConfig cc;
+            cc.max_subchannels = cfg->max_subchannels;
+            cc.max_transfer_bytes = cfg->max_transfer_bytes;
+            cc.max_outstanding_per_channel = cfg->max_outstanding;
+            if (cc.max_transfer_bytes < 4096 || cc.max_transfer_bytes > 8 * 1024 * 1024 ||
+                cc.max_transfer_bytes % 4096)
+                throw std::invalid_argument("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
+            if (cc.max_outstanding_per_channel < 1 || cc.max_outstanding_per_channel > 4096)
+                throw std::invalid_argument("outstanding limit must be 1..4096");
+            if (cc.max_subchannels > 256) throw std::invalid_argument("at most 256 subchannels");
+            hvstor::vmbus::Guid g;
+            std::memcpy(g.bytes.data(), instance, 16);
+            auto c = std::make_unique<HvstorController>();
+            c->vb = vb;
+            c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->partition.synic(), vb->server, g, cc);
+            std::string e;
+            if (!c->ctl->start(e)) throw std::runtime_error(e);
+            return c.release();
+        },
+        fail_with(err, nullptr));
 }
 
-void hvstor_controller_free(HvstorController* c) { delete c; }
+void hvstor_controller_free(HvstorController* c) {
+    guarded([&] { delete c; }, [](const char*) {});
+}
 
 void hvstor_controller_stats(HvstorController* c, HvstorControllerStats* out) {
-    const auto& s = c->ctl->stats();
-    *out = HvstorControllerStats{s.srbs.load(), s.srb_errors.load(), s.bad_packets.load(),
-                                 s.subchannels_offered.load(), c->ctl->open_channels()};
+    guarded(
+        [&] {
+            const auto& s = c->ctl->stats();
+            *out = HvstorControllerStats{s.srbs.load(), s.srb_errors.load(), s.bad_packets.load(),
+                                         s.subchannels_offered.load(), c->ctl->open_channels()};
+        },
+        log_once(c->vb->exception_logged, "hvstor_controller_stats"));
 }
 
 HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, char** err) {
-    try {
-        std::string e, kind = cfg->backend ? cfg->backend : "";
-        std::unique_ptr<hvstor::backend::Backend> be;
-        if (kind == "file") {
-            if (!cfg->path || !*cfg->path) throw std::invalid_argument("backend=file needs file=PATH");
-            hvstor::backend::FileOptions fo;
-            fo.read_only = cfg->read_only;
-            fo.direct = cfg->direct;
-            be = hvstor::backend::open_file(cfg->path, fo, e);
-        } else if (kind == "ram" || kind == "null") {
-            if (cfg->size == 0 || cfg->size % 512) throw std::invalid_argument("size must be a non-zero multiple of 512");
-            be = kind == "ram" ? hvstor::backend::make_ram(cfg->size, e) : hvstor::backend::make_null(cfg->size, e);
-        } else {
-            throw std::invalid_argument("backend must be file, ram or null, not '" + kind + "'");
-        }
-        if (!be) throw std::runtime_error(e);
-        auto d = std::make_unique<HvstorDisk>();
-        d->ctl = c->ctl.get();
-        d->lun = cfg->lun;
-        d->name = cfg->name && *cfg->name ? cfg->name : "lun" + std::to_string(cfg->lun);
-        if (cfg->perf && *cfg->perf) {
-            hvstor::perf::ModelConfig mc;
-            if (!hvstor::perf::parse_model_config(cfg->perf, mc, e)) throw std::invalid_argument(e);
-            if (mc.name.empty()) mc.name = d->name;
-            auto model = hvstor::perf::make_model(std::move(be), mc, nullptr, c->vb->vm_limits, e);
-            if (!model) throw std::invalid_argument(e);
-            d->model = model.get();
-            be = std::move(model);
-        }
-        d->backend = std::move(be);
-        hvstor::scsi::DiskConfig dc;
-        if (cfg->serial) dc.serial = cfg->serial;
-        dc.max_transfer_bytes = c->ctl->config().max_transfer_bytes;
-        d->disk = std::make_unique<hvstor::scsi::Disk>(*d->backend, dc, *c->ctl);
-        if (!c->ctl->attach(cfg->lun, d->disk.get(), e)) throw std::invalid_argument(e);
-        return d.release();
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return nullptr;
-    }
+    return guarded(
+        [&] {
+            if (!c || !cfg) throw std::invalid_argument("no controller or settings");
+            std::string e, kind = cfg->backend ? cfg->backend : "";
+            std::unique_ptr<hvstor::backend::Backend> be;
+            if (kind == "file") {
+                if (!cfg->path || !*cfg->path) throw std::invalid_argument("backend=file needs file=PATH");
+                hvstor::backend::FileOptions fo;
+                fo.read_only = cfg->read_only;
+                fo.direct = cfg->direct;
+                be = hvstor::backend::open_file(cfg->path, fo, e);
+            } else if (kind == "ram" || kind == "null") {
+                if (cfg->size == 0 || cfg->size % 512)
+                    throw std::invalid_argument("size must be a non-zero multiple of 512");
+                be = kind == "ram" ? hvstor::backend::make_ram(cfg->size, e) : hvstor::backend::make_null(cfg->size, e);
+            } else {
+                throw std::invalid_argument("backend must be file, ram or null, not '" + kind + "'");
+            }
+            if (!be) throw std::runtime_error(e);
+            auto d = std::make_unique<HvstorDisk>();
+            d->ctl = c->ctl.get();
+            d->lun = cfg->lun;
+            d->name = cfg->name && *cfg->name ? cfg->name : "lun" + std::to_string(cfg->lun);
+            if (cfg->perf && *cfg->perf) {
+                hvstor::perf::ModelConfig mc;
+                if (!hvstor::perf::parse_model_config(cfg->perf, mc, e)) throw std::invalid_argument(e);
+                if (mc.name.empty()) mc.name = d->name;
+                auto model = hvstor::perf::make_model(std::move(be), mc, nullptr, c->vb->vm_limits, e);
+                if (!model) throw std::invalid_argument(e);
+                d->model = model.get();
+                be = std::move(model);
+            }
+            d->backend = std::move(be);
+            hvstor::scsi::DiskConfig dc;
+            if (cfg->serial) dc.serial = cfg->serial;
+            dc.max_transfer_bytes = c->ctl->config().max_transfer_bytes;
+            d->disk = std::make_unique<hvstor::scsi::Disk>(*d->backend, dc, *c->ctl);
+            if (!c->ctl->attach(cfg->lun, d->disk.get(), e)) throw std::invalid_argument(e);
+            return d.release();
+        },
+        fail_with(err, nullptr));
 }
 
 void hvstor_disk_free(HvstorDisk* d) {
-    d->ctl->detach(d->lun);
-    d->backend->drain();
-    delete d;
+    // A disk has no VMBus to log against; detach and drain do not throw.
+    guarded(
+        [&] {
+            d->ctl->detach(d->lun);
+            d->backend->drain();
+            delete d;
+        },
+        [](const char*) {});
 }
 
-uint64_t hvstor_disk_size(HvstorDisk* d) { return d->backend->size(); }
+uint64_t hvstor_disk_size(HvstorDisk* d) {
+    return guarded([&] { return d->backend->size(); }, [](const char*) { return uint64_t(0); });
+}
 
 bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
-    try {
-        hvstor::perf::VmConfig vc;
-        std::string e;
-        if (!hvstor::perf::parse_vm_config(spec ? spec : "", vc, e)) throw std::invalid_argument(e);
-        auto limits = hvstor::perf::VmLimits::create(vc, e);
-        if (!limits) throw std::invalid_argument(e);
-        vb->vm_limits = std::move(limits);
-        return true;
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return false;
-    }
+    return guarded(
+        [&] {
+            hvstor::perf::VmConfig vc;
+            std::string e;
+            if (!hvstor::perf::parse_vm_config(spec ? spec : "", vc, e)) throw std::invalid_argument(e);
+            auto limits = hvstor::perf::VmLimits::create(vc, e);
+            if (!limits) throw std::invalid_argument(e);
+            vb->vm_limits = std::move(limits);
+            return true;
+        },
+        fail_with(err, false));
 }
 
 char* hvstor_disk_stats_json(HvstorDisk* d) {
-    try {
-        std::string out;
-        if (d->model) {
-            out = hvstor::perf::TimelineWriter::format(d->name, d->model->stats());
-        } else {
-            const auto& s = d->disk->stats();
-            out = "{\"disk\":\"" + d->name + "\",\"model\":false,\"reads\":" + std::to_string(s.reads.load()) +
-                  ",\"writes\":" + std::to_string(s.writes.load()) + ",\"bytes_read\":" +
-                  std::to_string(s.bytes_read.load()) + ",\"bytes_written\":" + std::to_string(s.bytes_written.load()) +
-                  ",\"errors\":" + std::to_string(s.errors.load()) + "}";
-        }
-        return dup_message(out);
-    } catch (const std::exception&) {
-        return nullptr;
-    }
+    return guarded(
+        [&] {
+            std::string out;
+            if (d->model) {
+                out = hvstor::perf::TimelineWriter::format(d->name, d->model->stats());
+            } else {
+                const auto& s = d->disk->stats();
+                out = "{\"disk\":\"" + d->name + "\",\"model\":false,\"reads\":" + std::to_string(s.reads.load()) +
+                      ",\"writes\":" + std::to_string(s.writes.load()) + ",\"bytes_read\":" +
+                      std::to_string(s.bytes_read.load()) + ",\"bytes_written\":" +
+                      std::to_string(s.bytes_written.load()) + ",\"errors\":" + std::to_string(s.errors.load()) + "}";
+            }
+            return hvstor::capi::dup_message(out.c_str());
+        },
+        [](const char*) -> char* { return nullptr; });
 }
 
 void hvstor_vmbus_stats(HvstorVmbus* vb, HvstorStats* out) {
-    auto p = vb->partition.stats();
-    auto s = vb->server.stats();
-    auto y = vb->partition.synic().stats();
-    *out = HvstorStats{p.hypercalls, p.hypercall_errors, p.msr_faults, s.messages_in, s.messages_out,
-                       s.bad_messages, y.messages_deferred, vb->server.negotiated_version()};
+    guarded(
+        [&] {
+            auto p = vb->partition.stats();
+            auto s = vb->server.stats();
+            auto y = vb->partition.synic().stats();
+            *out = HvstorStats{p.hypercalls, p.hypercall_errors, p.msr_faults, s.messages_in, s.messages_out,
+                               s.bad_messages, y.messages_deferred, vb->server.negotiated_version()};
+        },
+        log_once(vb->exception_logged, "hvstor_vmbus_stats"));
 }
 
 } // extern "C"
