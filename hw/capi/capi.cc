@@ -7,7 +7,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "guard.h"
 
@@ -58,6 +60,36 @@ constexpr uint64_t kHypercallFailed = static_cast<uint64_t>(hvstor::hv::Status::
 
 } // namespace
 
+// A VMBus owns its controllers, and a controller its disks: freeing the VMBus tears down
+// disks, then controllers, then the server and partition, the order each needs.
+struct HvstorDisk {
+    hvstor::storvsp::Controller* ctl = nullptr;
+    uint8_t lun = 0;
+    std::string name;
+    std::unique_ptr<hvstor::backend::Backend> backend;  // the model when there is one
+    hvstor::perf::ModelBackend* model = nullptr;         // = backend.get() or null
+    std::unique_ptr<hvstor::scsi::Disk> disk;
+    bool attached = false;
+
+    ~HvstorDisk() {
+        if (attached) ctl->detach(lun);
+        // The SCSI disk completes through the controller: its I/O must be over first.
+        if (backend) backend->drain();
+    }
+};
+
+struct HvstorController {
+    std::unique_ptr<hvstor::storvsp::Controller> ctl;
+    HvstorVmbus* vb = nullptr;
+    std::mutex mu;  // disks
+    std::vector<std::unique_ptr<HvstorDisk>> disks;
+
+    ~HvstorController() {
+        std::lock_guard lock(mu);
+        disks.clear();
+    }
+};
+
 struct HvstorVmbus {
     OpsHost host;
     hvstor::hv::Partition partition;
@@ -66,25 +98,20 @@ struct HvstorVmbus {
     std::shared_ptr<hvstor::perf::VmLimits> vm_limits;
     // For the entry points with no message channel: see capi::log_once.
     std::atomic_flag exception_logged;
+    std::mutex mu;  // controllers
+    std::vector<std::unique_ptr<HvstorController>> controllers;
 
     HvstorVmbus(const HvstorHostOps& ops, uint32_t nr_vps, uint16_t port, uint32_t max_version)
         : host(ops), partition(host, {nr_vps, port}), server(partition.synic(), {max_version, 65536, 1024}) {
         partition.set_message_handler(&server);
     }
-};
-
-struct HvstorController {
-    std::unique_ptr<hvstor::storvsp::Controller> ctl;
-    HvstorVmbus* vb = nullptr;
-};
-
-struct HvstorDisk {
-    hvstor::storvsp::Controller* ctl = nullptr;
-    uint8_t lun = 0;
-    std::string name;
-    std::unique_ptr<hvstor::backend::Backend> backend;  // the model when there is one
-    hvstor::perf::ModelBackend* model = nullptr;         // = backend.get() or null
-    std::unique_ptr<hvstor::scsi::Disk> disk;
+    ~HvstorVmbus() {
+        {
+            std::lock_guard lock(mu);
+            controllers.clear();
+        }
+        partition.set_message_handler(nullptr);
+    }
 };
 
 extern "C" {
@@ -186,23 +213,11 @@ HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[
             c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->partition.synic(), vb->server, g, cc);
             std::string e;
             if (!c->ctl->start(e)) throw std::runtime_error(e);
-            return c.release();
+            std::lock_guard lock(vb->mu);
+            vb->controllers.push_back(std::move(c));
+            return vb->controllers.back().get();
         },
         fail_with(err, nullptr));
-}
-
-void hvstor_controller_free(HvstorController* c) {
-    guarded([&] { delete c; }, [](const char*) {});
-}
-
-void hvstor_controller_stats(HvstorController* c, HvstorControllerStats* out) {
-    guarded(
-        [&] {
-            const auto& s = c->ctl->stats();
-            *out = HvstorControllerStats{s.srbs.load(), s.srb_errors.load(), s.bad_packets.load(),
-                                         s.subchannels_offered.load(), c->ctl->open_channels()};
-        },
-        log_once(c->vb->exception_logged, "hvstor_controller_stats"));
 }
 
 HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, char** err) {
@@ -244,24 +259,12 @@ HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, ch
             dc.max_transfer_bytes = c->ctl->config().max_transfer_bytes;
             d->disk = std::make_unique<hvstor::scsi::Disk>(*d->backend, dc, *c->ctl);
             if (!c->ctl->attach(cfg->lun, d->disk.get(), e)) throw std::invalid_argument(e);
-            return d.release();
+            d->attached = true;
+            std::lock_guard lock(c->mu);
+            c->disks.push_back(std::move(d));
+            return c->disks.back().get();
         },
         fail_with(err, nullptr));
-}
-
-void hvstor_disk_free(HvstorDisk* d) {
-    // A disk has no VMBus to log against; detach and drain do not throw.
-    guarded(
-        [&] {
-            d->ctl->detach(d->lun);
-            d->backend->drain();
-            delete d;
-        },
-        [](const char*) {});
-}
-
-uint64_t hvstor_disk_size(HvstorDisk* d) {
-    return guarded([&] { return d->backend->size(); }, [](const char*) { return uint64_t(0); });
 }
 
 bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
@@ -294,18 +297,6 @@ char* hvstor_disk_stats_json(HvstorDisk* d) {
             return hvstor::capi::dup_message(out.c_str());
         },
         [](const char*) -> char* { return nullptr; });
-}
-
-void hvstor_vmbus_stats(HvstorVmbus* vb, HvstorStats* out) {
-    guarded(
-        [&] {
-            auto p = vb->partition.stats();
-            auto s = vb->server.stats();
-            auto y = vb->partition.synic().stats();
-            *out = HvstorStats{p.hypercalls, p.hypercall_errors, p.msr_faults, s.messages_in, s.messages_out,
-                               s.bad_messages, y.messages_deferred, vb->server.negotiated_version()};
-        },
-        log_once(vb->exception_logged, "hvstor_vmbus_stats"));
 }
 
 } // extern "C"

@@ -179,6 +179,32 @@ TEST_F(CAbiTest, ControllerSettingsAreChecked) {
     EXPECT_EQ(take(err), "no VMBus, instance or settings");
 }
 
+// No free function per controller or disk: the VMBus owns them (LeakSanitizer checks).
+TEST(CAbi, FreeingTheVmbusFreesItsControllersAndDisks) {
+    TestHost host;
+    HvstorHostOps ops = host.ops();
+    char* err = nullptr;
+    HvstorVmbus* vb = hvstor_vmbus_new(&ops, 1, kPort, hvstor::vmbus::version::kV5_3, &err);
+    ASSERT_NE(vb, nullptr) << take(err);
+    uint8_t instance[16];
+    std::memcpy(instance, kInstance, 16);
+    for (uint8_t i = 0; i < 2; i++) {
+        instance[15] = i;
+        HvstorController* c = hvstor_controller_new(vb, instance, &kController, &err);
+        ASSERT_NE(c, nullptr) << take(err);
+        for (uint8_t lun = 0; lun < 3; lun++) {
+            HvstorDiskConfig d{};
+            d.backend = lun == 2 ? "null" : "ram";
+            d.size = 1 << 20;
+            d.lun = lun;
+            d.perf = lun == 1 ? "profile=premium-p10" : nullptr;
+            ASSERT_NE(hvstor_disk_new(c, &d, &err), nullptr) << take(err);
+        }
+    }
+    hvstor_vmbus_free(vb);
+    hvstor_vmbus_free(nullptr);
+}
+
 // POST_MESSAGE reads its input through the host; a throw there must not unwind into C.
 TEST_F(CAbiTest, HypercallReturnsAnErrorStatusOnAnException) {
     constexpr uint64_t kInput = 0x200000;
