@@ -1,27 +1,17 @@
-// The C boundary: wraps the C++ partition and VMBus server for the QEMU glue. Every
-// function runs its body inside guarded() so that no exception reaches C.
+// The C ABI the QEMU glue calls: each function converts its arguments, calls the C++ device
+// model (machine.h, disk_factory.h) inside guarded() so that no exception reaches C, and
+// converts the result.
 #include "hvstor/capi.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
 
+#include "disk_factory.h"
 #include "guard.h"
-
-#include "hvstor/backend/backend.h"
-#include "hvstor/hyperv/partition.h"
-#include "hvstor/perf/config.h"
-#include "hvstor/perf/model.h"
-#include "hvstor/perf/timeline.h"
-#include "hvstor/perf/vm.h"
-#include "hvstor/scsi/disk.h"
-#include "hvstor/storvsp/controller.h"
-#include "hvstor/vmbus/server.h"
+#include "hvstor/hyperv/hv_status.h"
+#include "machine.h"
 
 using hvstor::capi::fail_with;
 using hvstor::capi::guarded;
@@ -53,6 +43,30 @@ HvstorMsrResult to_c(hvstor::hv::MsrResult r) {
     }
 }
 
+std::string str(const char* s) { return s ? s : ""; }
+
+hvstor::capi::DiskSpec to_cpp(const HvstorDiskConfig& c) {
+    hvstor::capi::DiskSpec s;
+    s.backend = str(c.backend);
+    s.path = str(c.path);
+    s.size = c.size;
+    s.read_only = c.read_only;
+    s.direct = c.direct;
+    s.serial = str(c.serial);
+    s.lun = c.lun;
+    s.perf = str(c.perf);
+    s.name = str(c.name);
+    return s;
+}
+
+hvstor::storvsp::ControllerConfig to_cpp(const HvstorControllerConfig& c) {
+    hvstor::storvsp::ControllerConfig cc;
+    cc.max_subchannels = c.max_subchannels;
+    cc.max_transfer_bytes = c.max_transfer_bytes;
+    cc.max_outstanding_per_channel = c.max_outstanding;
+    return cc;
+}
+
 // A hypercall that failed on an exception (out of memory, or no thread for a channel being
 // opened) answers "insufficient memory": Linux's vmbus_post_msg treats it as transient and
 // retries, where other errors would fail the operation at once.
@@ -60,59 +74,25 @@ constexpr uint64_t kHypercallFailed = static_cast<uint64_t>(hvstor::hv::Status::
 
 } // namespace
 
-// A VMBus owns its controllers, and a controller its disks: freeing the VMBus tears down
-// disks, then controllers, then the server and partition, the order each needs.
-struct HvstorDisk {
-    hvstor::storvsp::Controller* ctl = nullptr;
-    uint8_t lun = 0;
-    std::string name;
-    std::unique_ptr<hvstor::backend::Backend> backend;  // the model when there is one
-    hvstor::perf::ModelBackend* model = nullptr;         // = backend.get() or null
-    std::unique_ptr<hvstor::scsi::Disk> disk;
-    bool attached = false;
-
-    ~HvstorDisk() {
-        if (attached) ctl->detach(lun);
-        // The SCSI disk completes through the controller: its I/O must be over first.
-        if (backend) backend->drain();
-    }
-};
-
-struct HvstorController {
-    std::unique_ptr<hvstor::storvsp::Controller> ctl;
-    HvstorVmbus* vb = nullptr;
-    std::mutex mu;  // disks
-    std::vector<std::unique_ptr<HvstorDisk>> disks;
-
-    ~HvstorController() {
-        std::lock_guard lock(mu);
-        disks.clear();
-    }
-};
-
 struct HvstorVmbus {
-    OpsHost host;
-    hvstor::hv::Partition partition;
-    hvstor::vmbus::Server server;
-
-    std::shared_ptr<hvstor::perf::VmLimits> vm_limits;
+    OpsHost host;  // before the machine, which keeps a reference to it
+    hvstor::capi::Machine machine;
     // For the entry points with no message channel: see capi::log_once.
     std::atomic_flag exception_logged;
-    std::mutex mu;  // controllers
-    std::vector<std::unique_ptr<HvstorController>> controllers;
 
-    HvstorVmbus(const HvstorHostOps& ops, uint32_t nr_vps, uint16_t port, uint32_t max_version)
-        : host(ops), partition(host, {nr_vps, port}), server(partition.synic(), {max_version, 65536, 1024}) {
-        partition.set_message_handler(&server);
-    }
-    ~HvstorVmbus() {
-        {
-            std::lock_guard lock(mu);
-            controllers.clear();
-        }
-        partition.set_message_handler(nullptr);
-    }
+    HvstorVmbus(const HvstorHostOps& ops, const hvstor::capi::MachineConfig& cfg) : host(ops), machine(host, cfg) {}
 };
+
+namespace {
+
+// A controller's or disk's handle is the C++ object itself (owned by its machine), so the
+// handle types are never defined.
+HvstorController* to_c(hvstor::capi::ScsiController* c) { return reinterpret_cast<HvstorController*>(c); }
+hvstor::capi::ScsiController* to_cpp(HvstorController* c) { return reinterpret_cast<hvstor::capi::ScsiController*>(c); }
+HvstorDisk* to_c(hvstor::capi::AttachedDisk* d) { return reinterpret_cast<HvstorDisk*>(d); }
+hvstor::capi::AttachedDisk* to_cpp(HvstorDisk* d) { return reinterpret_cast<hvstor::capi::AttachedDisk*>(d); }
+
+} // namespace
 
 extern "C" {
 
@@ -141,8 +121,7 @@ HvstorVmbus* hvstor_vmbus_new(const HvstorHostOps* ops, uint32_t nr_vps, uint16_
             if (!ops || !ops->read_gpa || !ops->write_gpa || !ops->atomic_or_u32 || !ops->raise_vector ||
                 !ops->map || !ops->unmap)
                 throw std::invalid_argument("incomplete host operations");
-            if (nr_vps == 0 || nr_vps > 4096) throw std::invalid_argument("vCPU count must be 1..4096");
-            return new HvstorVmbus(*ops, nr_vps, port, max_version);
+            return new HvstorVmbus(*ops, hvstor::capi::MachineConfig{nr_vps, port, max_version});
         },
         fail_with(err, nullptr));
 }
@@ -153,12 +132,7 @@ void hvstor_vmbus_free(HvstorVmbus* vb) {
 }
 
 void hvstor_vmbus_reset(HvstorVmbus* vb) {
-    guarded(
-        [&] {
-            vb->server.reset();
-            vb->partition.reset();
-        },
-        log_once(vb->exception_logged, "hvstor_vmbus_reset"));
+    guarded([&] { vb->machine.reset(); }, log_once(vb->exception_logged, "hvstor_vmbus_reset"));
 }
 
 void hvstor_cpuid(HvstorVmbus* vb, uint32_t leaf, uint32_t subleaf, uint32_t* eax, uint32_t* ebx, uint32_t* ecx,
@@ -167,7 +141,7 @@ void hvstor_cpuid(HvstorVmbus* vb, uint32_t leaf, uint32_t subleaf, uint32_t* ea
     guarded(
         [&] {
             hvstor::hv::CpuidRegs r{*eax, *ebx, *ecx, *edx};
-            vb->partition.cpuid(leaf, subleaf, r);
+            vb->machine.partition().cpuid(leaf, subleaf, r);
             *eax = r.eax;
             *ebx = r.ebx;
             *ecx = r.ecx;
@@ -177,18 +151,27 @@ void hvstor_cpuid(HvstorVmbus* vb, uint32_t leaf, uint32_t subleaf, uint32_t* ea
 }
 
 HvstorMsrResult hvstor_rdmsr(HvstorVmbus* vb, uint32_t vp, uint32_t msr, uint64_t* val) {
-    return guarded([&] { return to_c(vb->partition.rdmsr(vp, msr, *val)); },
+    return guarded([&] { return to_c(vb->machine.partition().rdmsr(vp, msr, *val)); },
                    log_once(vb->exception_logged, "hvstor_rdmsr", HVSTOR_MSR_FAULT));
 }
 
 HvstorMsrResult hvstor_wrmsr(HvstorVmbus* vb, uint32_t vp, uint32_t msr, uint64_t val) {
-    return guarded([&] { return to_c(vb->partition.wrmsr(vp, msr, val)); },
+    return guarded([&] { return to_c(vb->machine.partition().wrmsr(vp, msr, val)); },
                    log_once(vb->exception_logged, "hvstor_wrmsr", HVSTOR_MSR_FAULT));
 }
 
 uint64_t hvstor_hypercall(HvstorVmbus* vb, uint32_t vp, uint64_t control, uint64_t input, uint64_t output) {
-    return guarded([&] { return vb->partition.hypercall(vp, control, input, output); },
+    return guarded([&] { return vb->machine.partition().hypercall(vp, control, input, output); },
                    log_once(vb->exception_logged, "hvstor_hypercall", kHypercallFailed));
+}
+
+bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
+    return guarded(
+        [&] {
+            vb->machine.set_vm_perf(str(spec));
+            return true;
+        },
+        fail_with(err, false));
 }
 
 HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[16],
@@ -196,26 +179,9 @@ HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[
     return guarded(
         [&] {
             if (!vb || !instance || !cfg) throw std::invalid_argument("no VMBus, instance or settings");
-            hvstor::storvsp::ControllerConfig cc;
-            cc.max_subchannels = cfg->max_subchannels;
-            cc.max_transfer_bytes = cfg->max_transfer_bytes;
-            cc.max_outstanding_per_channel = cfg->max_outstanding;
-            if (cc.max_transfer_bytes < 4096 || cc.max_transfer_bytes > 8 * 1024 * 1024 ||
-                cc.max_transfer_bytes % 4096)
-                throw std::invalid_argument("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
-            if (cc.max_outstanding_per_channel < 1 || cc.max_outstanding_per_channel > 4096)
-                throw std::invalid_argument("outstanding limit must be 1..4096");
-            if (cc.max_subchannels > 256) throw std::invalid_argument("at most 256 subchannels");
             hvstor::vmbus::Guid g;
             std::memcpy(g.bytes.data(), instance, 16);
-            auto c = std::make_unique<HvstorController>();
-            c->vb = vb;
-            c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->partition.synic(), vb->server, g, cc);
-            std::string e;
-            if (!c->ctl->start(e)) throw std::runtime_error(e);
-            std::lock_guard lock(vb->mu);
-            vb->controllers.push_back(std::move(c));
-            return vb->controllers.back().get();
+            return to_c(&vb->machine.add_controller(g, to_cpp(*cfg)));
         },
         fail_with(err, nullptr));
 }
@@ -224,79 +190,14 @@ HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, ch
     return guarded(
         [&] {
             if (!c || !cfg) throw std::invalid_argument("no controller or settings");
-            std::string e, kind = cfg->backend ? cfg->backend : "";
-            std::unique_ptr<hvstor::backend::Backend> be;
-            if (kind == "file") {
-                if (!cfg->path || !*cfg->path) throw std::invalid_argument("backend=file needs file=PATH");
-                hvstor::backend::FileOptions fo;
-                fo.read_only = cfg->read_only;
-                fo.direct = cfg->direct;
-                be = hvstor::backend::open_file(cfg->path, fo, e);
-            } else if (kind == "ram" || kind == "null") {
-                if (cfg->size == 0 || cfg->size % 512)
-                    throw std::invalid_argument("size must be a non-zero multiple of 512");
-                be = kind == "ram" ? hvstor::backend::make_ram(cfg->size, e) : hvstor::backend::make_null(cfg->size, e);
-            } else {
-                throw std::invalid_argument("backend must be file, ram or null, not '" + kind + "'");
-            }
-            if (!be) throw std::runtime_error(e);
-            auto d = std::make_unique<HvstorDisk>();
-            d->ctl = c->ctl.get();
-            d->lun = cfg->lun;
-            d->name = cfg->name && *cfg->name ? cfg->name : "lun" + std::to_string(cfg->lun);
-            if (cfg->perf && *cfg->perf) {
-                hvstor::perf::ModelConfig mc;
-                if (!hvstor::perf::parse_model_config(cfg->perf, mc, e)) throw std::invalid_argument(e);
-                if (mc.name.empty()) mc.name = d->name;
-                auto model = hvstor::perf::make_model(std::move(be), mc, nullptr, c->vb->vm_limits, e);
-                if (!model) throw std::invalid_argument(e);
-                d->model = model.get();
-                be = std::move(model);
-            }
-            d->backend = std::move(be);
-            hvstor::scsi::DiskConfig dc;
-            if (cfg->serial) dc.serial = cfg->serial;
-            dc.max_transfer_bytes = c->ctl->config().max_transfer_bytes;
-            d->disk = std::make_unique<hvstor::scsi::Disk>(*d->backend, dc, *c->ctl);
-            if (!c->ctl->attach(cfg->lun, d->disk.get(), e)) throw std::invalid_argument(e);
-            d->attached = true;
-            std::lock_guard lock(c->mu);
-            c->disks.push_back(std::move(d));
-            return c->disks.back().get();
+            return to_c(&to_cpp(c)->add_disk(to_cpp(*cfg)));
         },
         fail_with(err, nullptr));
 }
 
-bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
-    return guarded(
-        [&] {
-            hvstor::perf::VmConfig vc;
-            std::string e;
-            if (!hvstor::perf::parse_vm_config(spec ? spec : "", vc, e)) throw std::invalid_argument(e);
-            auto limits = hvstor::perf::VmLimits::create(vc, e);
-            if (!limits) throw std::invalid_argument(e);
-            vb->vm_limits = std::move(limits);
-            return true;
-        },
-        fail_with(err, false));
-}
-
 char* hvstor_disk_stats_json(HvstorDisk* d) {
-    return guarded(
-        [&] {
-            std::string out;
-            if (d->model) {
-                out = hvstor::perf::TimelineWriter::format(d->name, d->model->stats());
-            } else {
-                const auto& s = d->disk->stats();
-                out = "{\"disk\":\"" + d->name + "\",\"model\":false,\"reads\":" + std::to_string(s.reads.load()) +
-                      ",\"writes\":" + std::to_string(s.writes.load()) + ",\"bytes_read\":" +
-                      std::to_string(s.bytes_read.load()) + ",\"bytes_written\":" +
-                      std::to_string(s.bytes_written.load()) + ",\"errors\":" + std::to_string(s.errors.load()) + "}";
-            }
-            return hvstor::capi::dup_message(out.c_str());
-        },
-        [](const char*) -> char* { return nullptr; });
+    return guarded([&] { return hvstor::capi::dup_message(to_cpp(d)->stats_json().c_str()); },
+                   [](const char*) -> char* { return nullptr; });
 }
 
 } // extern "C"

@@ -122,6 +122,21 @@ protected:
     }
     void TearDown() override { hvstor_vmbus_free(vb); }
 
+    HvstorController* controller() {
+        char* err = nullptr;
+        HvstorController* c = hvstor_controller_new(vb, kInstance, &kController, &err);
+        EXPECT_NE(c, nullptr) << take(err);
+        return c;
+    }
+    static HvstorDiskConfig ram(uint8_t lun, const char* name = nullptr) {
+        HvstorDiskConfig d{};
+        d.backend = "ram";
+        d.size = 1 << 20;
+        d.lun = lun;
+        d.name = name;
+        return d;
+    }
+
     TestHost host;
     HvstorHostOps ops{};
     HvstorVmbus* vb = nullptr;
@@ -144,6 +159,8 @@ TEST(CAbi, VmbusSettingsAreChecked) {
     char* err = nullptr;
     EXPECT_EQ(hvstor_vmbus_new(&ops, 0, kPort, hvstor::vmbus::version::kV5_3, &err), nullptr);
     EXPECT_EQ(take(err), "vCPU count must be 1..4096");
+    EXPECT_EQ(hvstor_vmbus_new(&ops, 1, kPort, 0x00050004, &err), nullptr);
+    EXPECT_EQ(take(err), "VMBus version 5.4 is not one this server speaks");
     ops.map = nullptr;
     EXPECT_EQ(hvstor_vmbus_new(&ops, 1, kPort, hvstor::vmbus::version::kV5_3, &err), nullptr);
     EXPECT_EQ(take(err), "incomplete host operations");
@@ -177,6 +194,48 @@ TEST_F(CAbiTest, ControllerSettingsAreChecked) {
     EXPECT_EQ(take(err), "at most 256 subchannels");
     EXPECT_EQ(hvstor_controller_new(vb, kInstance, nullptr, &err), nullptr);
     EXPECT_EQ(take(err), "no VMBus, instance or settings");
+}
+
+TEST_F(CAbiTest, DiskErrorsComeBackAsMessages) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0);
+    d.backend = "tape";
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "backend must be file, ram or null, not 'tape'");
+    d = ram(0);
+    d.size = 100;
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "backend=ram needs size= a non-zero multiple of 512, not 100");
+    d = ram(0);
+    d.perf = "queue=sideways";
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err).rfind("perf: ", 0), 0u);
+
+    d = ram(2);
+    ASSERT_NE(hvstor_disk_new(c, &d, &err), nullptr) << take(err);
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "lun 2 is already in use");
+    EXPECT_EQ(hvstor_disk_new(nullptr, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "no controller or settings");
+}
+
+TEST_F(CAbiTest, ModelledDiskStatsComeFromTheModel) {
+    char* err = nullptr;
+    ASSERT_TRUE(hvstor_vmbus_set_vm_perf(vb, "profile=Standard_F32s_v2,time-scale=8", &err)) << take(err);
+    EXPECT_FALSE(hvstor_vmbus_set_vm_perf(vb, "iops=-1", &err));
+    EXPECT_NE(take(err), "(no message)");
+    HvstorController* c = controller();
+    HvstorDiskConfig d = ram(0, "m");
+    d.perf = "profile=premium-p10";
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    char* json = hvstor_disk_stats_json(disk);
+    ASSERT_NE(json, nullptr);
+    const std::string s = json;
+    std::free(json);
+    EXPECT_NE(s.find(R"("disk":"m")"), std::string::npos) << s;
+    EXPECT_NE(s.find(R"("iops":)"), std::string::npos) << s;
 }
 
 // No free function per controller or disk: the VMBus owns them (LeakSanitizer checks).
