@@ -1,5 +1,6 @@
 #include "disk_factory.h"
 
+#include <cerrno>
 #include <utility>
 
 #include "hvstor/perf/timeline.h"
@@ -7,6 +8,38 @@
 namespace hvstor::capi {
 
 namespace {
+
+// RAM and null backends have no read-only mode of their own, and readonly=on must not be
+// ignored for them. The SCSI disk already write-protects a disk whose backend says so; the
+// -EROFS here keeps the backend's contract for any other submitter.
+class ReadOnlyBackend final : public backend::Backend {
+public:
+    explicit ReadOnlyBackend(std::unique_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
+
+    uint64_t size() const override { return inner_->size(); }
+    uint32_t block_size() const override { return inner_->block_size(); }
+    bool read_only() const override { return true; }
+    std::string describe() const override { return inner_->describe() + " (read-only)"; }
+    void drain() override { inner_->drain(); }
+
+    void submit(std::span<backend::Request* const> reqs) override {
+        // A batch of reads and flushes passes whole, so the inner backend still sees batches.
+        size_t from = 0;
+        for (size_t i = 0; i < reqs.size(); i++) {
+            if (allowed(reqs[i]->op)) continue;
+            if (i > from) inner_->submit(reqs.subspan(from, i - from));
+            reqs[i]->result = -EROFS;
+            reqs[i]->done->complete(reqs[i]);
+            from = i + 1;
+        }
+        if (from < reqs.size()) inner_->submit(reqs.subspan(from));
+    }
+
+private:
+    static bool allowed(backend::Op op) { return op == backend::Op::Read || op == backend::Op::Flush; }
+
+    std::unique_ptr<backend::Backend> inner_;
+};
 
 std::string disk_name(const DiskSpec& spec) {
     return spec.name.empty() ? "lun" + std::to_string(spec.lun) : spec.name;
@@ -44,6 +77,7 @@ std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec
             throw DiskError("backend=" + spec.backend + " needs size= a non-zero multiple of 512, not " +
                             std::to_string(spec.size));
         be = spec.backend == "ram" ? backend::make_ram(spec.size, err) : backend::make_null(spec.size, err);
+        if (be && spec.read_only) be = std::make_unique<ReadOnlyBackend>(std::move(be));
     } else if (spec.backend.empty()) {
         throw DiskError("no backend: give file=PATH, or backend=ram|null with size=");
     } else {

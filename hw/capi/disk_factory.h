@@ -80,7 +80,7 @@ public:
     // Builds the disk `spec` describes and attaches it to `ctl`. Throws DiskError.
     std::unique_ptr<AttachedDisk> attach(storvsp::Controller& ctl, const DiskSpec& spec) const;
 
-    // The storage alone (no model): the file, RAM or null backend.
+    // The storage alone (no model): the file, RAM or null backend, read-only if asked.
     // Throws DiskError.
     static std::unique_ptr<backend::Backend> open_storage(const DiskSpec& spec);
 

@@ -138,6 +138,43 @@ TEST_F(DiskFactoryTest, ReadOnlyFileDisk) {
     EXPECT_TRUE(d->backend().read_only());
 }
 
+// RAM and null backends have no read-only mode of their own: the factory adds it.
+TEST_F(DiskFactoryTest, ReadOnlyRamDiskRefusesWritesAndServesReads) {
+    DiskSpec s = ram(1 << 20);
+    s.read_only = true;
+    auto d = DiskFactory().attach(ctl(), s);
+    EXPECT_TRUE(d->backend().read_only());
+    EXPECT_NE(d->backend().describe().find("read-only"), std::string::npos);
+
+    std::vector<uint8_t> buf(512, 0xAA);
+    iovec iov{buf.data(), buf.size()};
+    Sink sink;
+    backend::Request rd, wr, zero, rd2, fl;
+    for (auto* r : {&rd, &wr, &zero, &rd2, &fl}) {
+        r->length = 512;
+        r->iov = &iov;
+        r->iovcnt = 1;
+        r->done = &sink;
+    }
+    rd.op = rd2.op = backend::Op::Read;
+    wr.op = backend::Op::Write;
+    zero.op = backend::Op::WriteZeroes;
+    fl.op = backend::Op::Flush;
+    fl.length = 0;
+    fl.iov = nullptr;
+    fl.iovcnt = 0;
+    backend::Request* batch[] = {&rd, &wr, &zero, &rd2, &fl};
+    d->backend().submit(batch);
+    d->backend().drain();
+    ASSERT_EQ(sink.results.size(), 5u);  // each exactly once
+    EXPECT_EQ(rd.result, 0);
+    EXPECT_EQ(wr.result, -EROFS);
+    EXPECT_EQ(zero.result, -EROFS);
+    EXPECT_EQ(rd2.result, 0);
+    EXPECT_EQ(fl.result, 0);
+    EXPECT_EQ(buf[0], 0);  // read the RAM disk's zeros
+}
+
 TEST_F(DiskFactoryTest, LunInUseIsRefusedAndLeftAttached) {
     auto first = DiskFactory().attach(ctl(), ram(4096, 3));
     EXPECT_EQ(refusal(ram(4096, 3)), "lun 3 is already in use");

@@ -52,40 +52,72 @@ protected:
         ASSERT_TRUE(guest.wait_message<vmbus::MsgHeader>(vmbus::MsgType::AllOffersDelivered));
     }
 
+    // A controller with a disk built from `spec`, and the guest connected to it through
+    // the open primary channel `ch`.
+    void serve(const capi::DiskSpec& spec) {
+        capi::ScsiController& c =
+            machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+        disk = &c.add_disk(spec);
+        connect();
+        ch = guest.open(c.controller().primary_relid(), kRings, 0x100);
+        ASSERT_TRUE(ch);
+        ASSERT_TRUE(guest.handshake(*ch));
+    }
+
+    // One READ(10) or WRITE(10) of 4 KiB at `buf`; the completion.
+    std::optional<FakeStorvsc::Completion> rw(bool write, uint32_t lba, uint64_t buf) {
+        guest.send_srb(*ch, rw10(write, lba, 8), buf, 4096);
+        return guest.wait(*ch);
+    }
+
+    static capi::DiskSpec ram(bool read_only) {
+        capi::DiskSpec spec;
+        spec.backend = "ram";
+        spec.size = 1 << 20;
+        spec.read_only = read_only;
+        return spec;
+    }
+
     FakeHost host;
     std::unique_ptr<capi::Machine> machine =
         std::make_unique<capi::Machine>(host, capi::MachineConfig{2, 0x5A58});
     FakeGuest g{host, machine->partition()};
     FakeStorvsc guest{host, machine->partition(), g};
+    capi::AttachedDisk* disk = nullptr;
+    std::optional<FakeStorvsc::Chan> ch;
 };
 
 TEST_F(MachineTest, AssembledDiskServesTheGuest) {
-    capi::ScsiController& c =
-        machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
-    capi::DiskSpec spec;
-    spec.backend = "ram";
-    spec.size = 1 << 20;
-    capi::AttachedDisk& d = c.add_disk(spec);
-    connect();
-    auto ch = guest.open(c.controller().primary_relid(), kRings, 0x100);
-    ASSERT_TRUE(ch);
-    ASSERT_TRUE(guest.handshake(*ch));
-
+    ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
     for (uint32_t i = 0; i < 4096; i++) *host.ram(kBuf + i) = uint8_t(i * 7 + 3);
-    guest.send_srb(*ch, rw10(true, 8, 8), kBuf, 4096);
-    auto r = guest.wait(*ch);
+    auto r = rw(true, 8, kBuf);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
-    guest.send_srb(*ch, rw10(false, 8, 8), kBuf + 0x2000, 4096);
-    r = guest.wait(*ch);
+    r = rw(false, 8, kBuf + 0x2000);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
     EXPECT_EQ(std::memcmp(host.ram(kBuf), host.ram(kBuf + 0x2000), 4096), 0);
 
-    EXPECT_EQ(d.stats_json(),
+    EXPECT_EQ(disk->stats_json(),
               R"({"disk":"lun0","model":false,"reads":1,"writes":1,"bytes_read":4096,"bytes_written":4096,"errors":0})");
     // Torn down with the channel open: the disk, then the controller, then the server.
     machine.reset();
+}
+
+// readonly=on reaches the guest for a RAM disk too: writes end in DATA PROTECT.
+TEST_F(MachineTest, AssembledReadOnlyDiskRefusesWrites) {
+    ASSERT_NO_FATAL_FAILURE(serve(ram(true)));
+    auto r = rw(false, 0, kBuf);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    r = rw(true, 0, kBuf);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.scsi_status, scsi::kStatusCheckCondition);
+    EXPECT_EQ(r->pkt.srb.cdb_or_sense[2] & 0xF, scsi::kSenseDataProtect);
+
+    // The refused write counts as a write and an error, and moved no bytes.
+    EXPECT_EQ(disk->stats_json(),
+              R"({"disk":"lun0","model":false,"reads":1,"writes":1,"bytes_read":4096,"bytes_written":0,"errors":1})");
 }
 
 TEST_F(MachineTest, SettingsAreChecked) {
