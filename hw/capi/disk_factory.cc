@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "hvstor/json.h"
 #include "hvstor/perf/timeline.h"
 
 namespace hvstor::capi {
@@ -60,10 +61,15 @@ AttachedDisk::~AttachedDisk() {
 std::string AttachedDisk::stats_json() {
     if (model_) return perf::TimelineWriter::format(name_, model_->stats());
     const scsi::DiskStats& s = disk_->stats();
-    return "{\"disk\":\"" + name_ + "\",\"model\":false,\"reads\":" + std::to_string(s.reads.load()) +
-           ",\"writes\":" + std::to_string(s.writes.load()) + ",\"bytes_read\":" + std::to_string(s.bytes_read.load()) +
-           ",\"bytes_written\":" + std::to_string(s.bytes_written.load()) + ",\"errors\":" +
-           std::to_string(s.errors.load()) + "}";
+    return JsonWriter()
+        .str("disk", name_)
+        .boolean("model", false)
+        .num("reads", s.reads.load())
+        .num("writes", s.writes.load())
+        .num("bytes_read", s.bytes_read.load())
+        .num("bytes_written", s.bytes_written.load())
+        .num("errors", s.errors.load())
+        .done();
 }
 
 std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec) {

@@ -220,6 +220,19 @@ TEST_F(CAbiTest, DiskErrorsComeBackAsMessages) {
     EXPECT_EQ(take(err), "no controller or settings");
 }
 
+TEST_F(CAbiTest, StatsJsonEscapesTheName) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0, "q\"uote\\slash");
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    char* json = hvstor_disk_stats_json(disk);
+    ASSERT_NE(json, nullptr);
+    EXPECT_STREQ(json, R"({"disk":"q\"uote\\slash","model":false,"reads":0,"writes":0,)"
+                       R"("bytes_read":0,"bytes_written":0,"errors":0})");
+    std::free(json);
+}
+
 TEST_F(CAbiTest, ModelledDiskStatsComeFromTheModel) {
     char* err = nullptr;
     ASSERT_TRUE(hvstor_vmbus_set_vm_perf(vb, "profile=Standard_F32s_v2,time-scale=8", &err)) << take(err);

@@ -203,6 +203,26 @@ TEST_F(DiskFactoryTest, PlainDiskStatsAreTheScsiCounters) {
               R"({"disk":"lun0","model":false,"reads":0,"writes":0,"bytes_read":0,"bytes_written":0,"errors":0})");
 }
 
+TEST_F(DiskFactoryTest, StatsEscapeTheDiskName) {
+    DiskSpec s = ram(4096);
+    s.name = "a\"b\\c";
+    auto d = DiskFactory().attach(ctl(), s);
+    EXPECT_EQ(d->stats_json(),
+              R"({"disk":"a\"b\\c","model":false,"reads":0,"writes":0,"bytes_read":0,"bytes_written":0,"errors":0})");
+}
+
+// A modelled disk's statistics come from the model's own formatter: the name is escaped
+// there too.
+TEST_F(DiskFactoryTest, ModelStatsEscapeTheDiskName) {
+    perf::VirtualClock clock;
+    DiskSpec s = ram(4096);
+    s.perf = "profile=premium-p10";
+    s.name = "a\"b\\c";
+    auto d = DiskFactory(nullptr, &clock).attach(ctl(), s);
+    const std::string json = d->stats_json();
+    EXPECT_NE(json.find(R"("disk":"a\"b\\c",)"), std::string::npos) << json;
+}
+
 TEST_F(DiskFactoryTest, PerfDiskReportsModelStats) {
     perf::VirtualClock clock;  // drain() moves it on: no waiting on the host's time
     DiskSpec s = ram(1 << 20);
