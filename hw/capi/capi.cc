@@ -168,6 +168,7 @@ uint64_t hvstor_hypercall(HvstorVmbus* vb, uint32_t vp, uint64_t control, uint64
 bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
     return guarded(
         [&] {
+            if (!vb) throw std::invalid_argument("no VMBus");
             vb->machine.set_vm_perf(str(spec));
             return true;
         },

@@ -31,7 +31,6 @@ const storvsp::ControllerConfig& checked(const storvsp::ControllerConfig& cfg) {
 } // namespace
 
 void check_controller_config(const storvsp::ControllerConfig& cfg) {
-    // Transfers are built from whole guest pages; 8 MiB bounds the pages one request pins.
     if (cfg.max_transfer_bytes < 4096 || cfg.max_transfer_bytes > 8 * 1024 * 1024 || cfg.max_transfer_bytes % 4096)
         throw ConfigError("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
     if (cfg.max_outstanding_per_channel < 1 || cfg.max_outstanding_per_channel > 4096)
