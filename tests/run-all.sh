@@ -20,7 +20,7 @@ if [ ! -f "$UNIT/build.ninja" ]; then
     >"$HVSTOR_CACHE/asan-setup.log" 2>&1 || { tail -n 30 "$HVSTOR_CACHE/asan-setup.log"; die "meson setup failed"; }
 fi
 run_logged "building unit tests (ASan/UBSan)" "$HVSTOR_CACHE/asan-build.log" ninja -C "$UNIT"
-for bin in unit-tests storvsp/storvsp-tests scsi/scsi-tests perf/perf-tests; do
+for bin in unit-tests storvsp/storvsp-tests capi/capi-tests scsi/scsi-tests perf/perf-tests; do
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     timeout 900 "$UNIT/tests/$bin" --gtest_brief=1 2>&1 | tail -n 25
   record "$(basename "$bin") (gtest, ASan/UBSan)" "${PIPESTATUS[0]}"

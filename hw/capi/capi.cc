@@ -1,22 +1,21 @@
-// The C boundary: wraps the C++ partition and VMBus server for the QEMU glue.
+// The C ABI the QEMU glue calls: each function converts its arguments, calls the C++ device
+// model (machine.h, disk_factory.h) inside guarded() so that no exception reaches C, and
+// converts the result.
 #include "hvstor/capi.h"
 
-#include <cstdlib>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
-#include <exception>
 #include <stdexcept>
-#include <memory>
-#include <string>
 
-#include "hvstor/backend/backend.h"
-#include "hvstor/hyperv/partition.h"
-#include "hvstor/perf/config.h"
-#include "hvstor/perf/model.h"
-#include "hvstor/perf/timeline.h"
-#include "hvstor/perf/vm.h"
-#include "hvstor/scsi/disk.h"
-#include "hvstor/storvsp/controller.h"
-#include "hvstor/vmbus/server.h"
+#include "disk_factory.h"
+#include "guard.h"
+#include "hvstor/hyperv/hv_status.h"
+#include "machine.h"
+
+using hvstor::capi::fail_with;
+using hvstor::capi::guarded;
+using hvstor::capi::log_once;
 
 namespace {
 
@@ -36,12 +35,6 @@ private:
     HvstorHostOps ops_;
 };
 
-char* dup_message(const std::string& s) {
-    char* p = static_cast<char*>(std::malloc(s.size() + 1));
-    if (p) std::memcpy(p, s.c_str(), s.size() + 1);
-    return p;
-}
-
 HvstorMsrResult to_c(hvstor::hv::MsrResult r) {
     switch (r) {
     case hvstor::hv::MsrResult::Handled: return HVSTOR_MSR_HANDLED;
@@ -50,223 +43,162 @@ HvstorMsrResult to_c(hvstor::hv::MsrResult r) {
     }
 }
 
+std::string str(const char* s) { return s ? s : ""; }
+
+hvstor::capi::DiskSpec to_cpp(const HvstorDiskConfig& c) {
+    hvstor::capi::DiskSpec s;
+    s.backend = str(c.backend);
+    s.path = str(c.path);
+    s.size = c.size;
+    s.read_only = c.read_only;
+    s.direct = c.direct;
+    s.serial = str(c.serial);
+    s.lun = c.lun;
+    s.perf = str(c.perf);
+    s.name = str(c.name);
+    return s;
+}
+
+hvstor::storvsp::ControllerConfig to_cpp(const HvstorControllerConfig& c) {
+    hvstor::storvsp::ControllerConfig cc;
+    cc.max_subchannels = c.max_subchannels;
+    cc.max_transfer_bytes = c.max_transfer_bytes;
+    cc.max_outstanding_per_channel = c.max_outstanding;
+    return cc;
+}
+
+// A hypercall that failed on an exception (out of memory, or no thread for a channel being
+// opened) answers "insufficient memory": Linux's vmbus_post_msg treats it as transient and
+// retries, where other errors would fail the operation at once.
+constexpr uint64_t kHypercallFailed = static_cast<uint64_t>(hvstor::hv::Status::InsufficientMemory);
+
 } // namespace
 
 struct HvstorVmbus {
-    OpsHost host;
-    hvstor::hv::Partition partition;
-    hvstor::vmbus::Server server;
+    OpsHost host;  // before the machine, which keeps a reference to it
+    hvstor::capi::Machine machine;
+    // For the entry points with no message channel: see capi::log_once.
+    std::atomic_flag exception_logged;
 
-    std::shared_ptr<hvstor::perf::VmLimits> vm_limits;
-
-    HvstorVmbus(const HvstorHostOps& ops, uint32_t nr_vps, uint16_t port, uint32_t max_version)
-        : host(ops), partition(host, {nr_vps, port}), server(partition.synic(), {max_version, 65536, 1024}) {
-        partition.set_message_handler(&server);
-    }
+    HvstorVmbus(const HvstorHostOps& ops, const hvstor::capi::MachineConfig& cfg) : host(ops), machine(host, cfg) {}
 };
 
-struct HvstorController {
-    std::unique_ptr<hvstor::storvsp::Controller> ctl;
-    HvstorVmbus* vb = nullptr;
-};
+namespace {
 
-struct HvstorDisk {
-    hvstor::storvsp::Controller* ctl = nullptr;
-    uint8_t lun = 0;
-    std::string name;
-    std::unique_ptr<hvstor::backend::Backend> backend;  // the model when there is one
-    hvstor::perf::ModelBackend* model = nullptr;         // = backend.get() or null
-    std::unique_ptr<hvstor::scsi::Disk> disk;
-};
+// A controller's or disk's handle is the C++ object itself (owned by its machine), so the
+// handle types are never defined.
+HvstorController* to_c(hvstor::capi::ScsiController* c) { return reinterpret_cast<HvstorController*>(c); }
+hvstor::capi::ScsiController* to_cpp(HvstorController* c) { return reinterpret_cast<hvstor::capi::ScsiController*>(c); }
+HvstorDisk* to_c(hvstor::capi::AttachedDisk* d) { return reinterpret_cast<HvstorDisk*>(d); }
+hvstor::capi::AttachedDisk* to_cpp(HvstorDisk* d) { return reinterpret_cast<hvstor::capi::AttachedDisk*>(d); }
+
+} // namespace
 
 extern "C" {
 
 bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
-    unsigned major = 0, minor = 0;
-    char tail = 0;
-    if (!text || std::sscanf(text, "%u.%u%c", &major, &minor, &tail) != 2) return false;
-    const uint32_t v = (major << 16) | minor;
-    for (uint32_t k : hvstor::vmbus::version::kAll) {
-        if (k == v) {
-            *version = v;
-            return true;
-        }
-    }
-    return false;
+    return guarded(
+        [&] {
+            unsigned major = 0, minor = 0;
+            char tail = 0;
+            if (!text || !version || std::sscanf(text, "%u.%u%c", &major, &minor, &tail) != 2) return false;
+            const uint32_t v = (major << 16) | minor;
+            for (uint32_t k : hvstor::vmbus::version::kAll) {
+                if (k == v) {
+                    *version = v;
+                    return true;
+                }
+            }
+            return false;
+        },
+        [](const char*) { return false; });
 }
 
 HvstorVmbus* hvstor_vmbus_new(const HvstorHostOps* ops, uint32_t nr_vps, uint16_t port, uint32_t max_version,
                               char** err) {
-    try {
-        if (!ops || !ops->read_gpa || !ops->write_gpa || !ops->atomic_or_u32 || !ops->raise_vector ||
-            !ops->map || !ops->unmap)
-            throw std::invalid_argument("incomplete host operations");
-        if (nr_vps == 0 || nr_vps > 4096) throw std::invalid_argument("vCPU count must be 1..4096");
-        return new HvstorVmbus(*ops, nr_vps, port, max_version);
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return nullptr;
-    }
+    return guarded(
+        [&] {
+            if (!ops || !ops->read_gpa || !ops->write_gpa || !ops->atomic_or_u32 || !ops->raise_vector ||
+                !ops->map || !ops->unmap)
+                throw std::invalid_argument("incomplete host operations");
+            return new HvstorVmbus(*ops, hvstor::capi::MachineConfig{nr_vps, port, max_version});
+        },
+        fail_with(err, nullptr));
 }
 
-void hvstor_vmbus_free(HvstorVmbus* vb) { delete vb; }
+void hvstor_vmbus_free(HvstorVmbus* vb) {
+    // Destructors do not throw (they are noexcept): guarded only so every entry point is.
+    guarded([&] { delete vb; }, [](const char*) {});
+}
 
 void hvstor_vmbus_reset(HvstorVmbus* vb) {
-    vb->server.reset();
-    vb->partition.reset();
+    guarded([&] { vb->machine.reset(); }, log_once(vb->exception_logged, "hvstor_vmbus_reset"));
 }
 
 void hvstor_cpuid(HvstorVmbus* vb, uint32_t leaf, uint32_t subleaf, uint32_t* eax, uint32_t* ebx, uint32_t* ecx,
                   uint32_t* edx) {
-    hvstor::hv::CpuidRegs r{*eax, *ebx, *ecx, *edx};
-    vb->partition.cpuid(leaf, subleaf, r);
-    *eax = r.eax;
-    *ebx = r.ebx;
-    *ecx = r.ecx;
-    *edx = r.edx;
+    // On an exception the registers keep what the CPU model put there.
+    guarded(
+        [&] {
+            hvstor::hv::CpuidRegs r{*eax, *ebx, *ecx, *edx};
+            vb->machine.partition().cpuid(leaf, subleaf, r);
+            *eax = r.eax;
+            *ebx = r.ebx;
+            *ecx = r.ecx;
+            *edx = r.edx;
+        },
+        log_once(vb->exception_logged, "hvstor_cpuid"));
 }
 
 HvstorMsrResult hvstor_rdmsr(HvstorVmbus* vb, uint32_t vp, uint32_t msr, uint64_t* val) {
-    return to_c(vb->partition.rdmsr(vp, msr, *val));
+    return guarded([&] { return to_c(vb->machine.partition().rdmsr(vp, msr, *val)); },
+                   log_once(vb->exception_logged, "hvstor_rdmsr", HVSTOR_MSR_FAULT));
 }
 
 HvstorMsrResult hvstor_wrmsr(HvstorVmbus* vb, uint32_t vp, uint32_t msr, uint64_t val) {
-    return to_c(vb->partition.wrmsr(vp, msr, val));
+    return guarded([&] { return to_c(vb->machine.partition().wrmsr(vp, msr, val)); },
+                   log_once(vb->exception_logged, "hvstor_wrmsr", HVSTOR_MSR_FAULT));
 }
 
 uint64_t hvstor_hypercall(HvstorVmbus* vb, uint32_t vp, uint64_t control, uint64_t input, uint64_t output) {
-    try {
-        return vb->partition.hypercall(vp, control, input, output);
-    } catch (const std::bad_alloc&) {
-        return static_cast<uint64_t>(hvstor::hv::Status::InsufficientMemory);
-    }
+    return guarded([&] { return vb->machine.partition().hypercall(vp, control, input, output); },
+                   log_once(vb->exception_logged, "hvstor_hypercall", kHypercallFailed));
+}
+
+bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
+    return guarded(
+        [&] {
+            if (!vb) throw std::invalid_argument("no VMBus");
+            vb->machine.set_vm_perf(str(spec));
+            return true;
+        },
+        fail_with(err, false));
 }
 
 HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[16],
                                         const HvstorControllerConfig* cfg, char** err) {
-    try {
-        hvstor::storvsp::ControllerConfig cc;
-        cc.max_subchannels = cfg->max_subchannels;
-        cc.max_transfer_bytes = cfg->max_transfer_bytes;
-        cc.max_outstanding_per_channel = cfg->max_outstanding;
-        if (cc.max_transfer_bytes < 4096 || cc.max_transfer_bytes > 8 * 1024 * 1024 ||
-            cc.max_transfer_bytes % 4096)
-            throw std::invalid_argument("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
-        if (cc.max_outstanding_per_channel < 1 || cc.max_outstanding_per_channel > 4096)
-            throw std::invalid_argument("outstanding limit must be 1..4096");
-        if (cc.max_subchannels > 256) throw std::invalid_argument("at most 256 subchannels");
-        hvstor::vmbus::Guid g;
-        std::memcpy(g.bytes.data(), instance, 16);
-        auto c = std::make_unique<HvstorController>();
-        c->vb = vb;
-        c->ctl = std::make_unique<hvstor::storvsp::Controller>(vb->host, vb->server, g, cc);
-        std::string e;
-        if (!c->ctl->start(e)) throw std::runtime_error(e);
-        return c.release();
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return nullptr;
-    }
-}
-
-void hvstor_controller_free(HvstorController* c) { delete c; }
-
-void hvstor_controller_stats(HvstorController* c, HvstorControllerStats* out) {
-    const auto& s = c->ctl->stats();
-    *out = HvstorControllerStats{s.srbs.load(), s.srb_errors.load(), s.bad_packets.load(),
-                                 s.subchannels_offered.load(), c->ctl->open_channels()};
+    return guarded(
+        [&] {
+            if (!vb || !instance || !cfg) throw std::invalid_argument("no VMBus, instance or settings");
+            hvstor::vmbus::Guid g;
+            std::memcpy(g.bytes.data(), instance, 16);
+            return to_c(&vb->machine.add_controller(g, to_cpp(*cfg)));
+        },
+        fail_with(err, nullptr));
 }
 
 HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, char** err) {
-    try {
-        std::string e, kind = cfg->backend ? cfg->backend : "";
-        std::unique_ptr<hvstor::backend::Backend> be;
-        if (kind == "file") {
-            if (!cfg->path || !*cfg->path) throw std::invalid_argument("backend=file needs file=PATH");
-            hvstor::backend::FileOptions fo;
-            fo.read_only = cfg->read_only;
-            fo.direct = cfg->direct;
-            be = hvstor::backend::open_file(cfg->path, fo, e);
-        } else if (kind == "ram" || kind == "null") {
-            if (cfg->size == 0 || cfg->size % 512) throw std::invalid_argument("size must be a non-zero multiple of 512");
-            be = kind == "ram" ? hvstor::backend::make_ram(cfg->size, e) : hvstor::backend::make_null(cfg->size, e);
-        } else {
-            throw std::invalid_argument("backend must be file, ram or null, not '" + kind + "'");
-        }
-        if (!be) throw std::runtime_error(e);
-        auto d = std::make_unique<HvstorDisk>();
-        d->ctl = c->ctl.get();
-        d->lun = cfg->lun;
-        d->name = cfg->name && *cfg->name ? cfg->name : "lun" + std::to_string(cfg->lun);
-        if (cfg->perf && *cfg->perf) {
-            hvstor::perf::ModelConfig mc;
-            if (!hvstor::perf::parse_model_config(cfg->perf, mc, e)) throw std::invalid_argument(e);
-            if (mc.name.empty()) mc.name = d->name;
-            auto model = hvstor::perf::make_model(std::move(be), mc, nullptr, c->vb->vm_limits, e);
-            if (!model) throw std::invalid_argument(e);
-            d->model = model.get();
-            be = std::move(model);
-        }
-        d->backend = std::move(be);
-        hvstor::scsi::DiskConfig dc;
-        if (cfg->serial) dc.serial = cfg->serial;
-        dc.max_transfer_bytes = c->ctl->config().max_transfer_bytes;
-        d->disk = std::make_unique<hvstor::scsi::Disk>(*d->backend, dc, *c->ctl);
-        if (!c->ctl->attach(cfg->lun, d->disk.get(), e)) throw std::invalid_argument(e);
-        return d.release();
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return nullptr;
-    }
-}
-
-void hvstor_disk_free(HvstorDisk* d) {
-    d->ctl->detach(d->lun);
-    d->backend->drain();
-    delete d;
-}
-
-uint64_t hvstor_disk_size(HvstorDisk* d) { return d->backend->size(); }
-
-bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {
-    try {
-        hvstor::perf::VmConfig vc;
-        std::string e;
-        if (!hvstor::perf::parse_vm_config(spec ? spec : "", vc, e)) throw std::invalid_argument(e);
-        auto limits = hvstor::perf::VmLimits::create(vc, e);
-        if (!limits) throw std::invalid_argument(e);
-        vb->vm_limits = std::move(limits);
-        return true;
-    } catch (const std::exception& e) {
-        if (err) *err = dup_message(e.what());
-        return false;
-    }
+    return guarded(
+        [&] {
+            if (!c || !cfg) throw std::invalid_argument("no controller or settings");
+            return to_c(&to_cpp(c)->add_disk(to_cpp(*cfg)));
+        },
+        fail_with(err, nullptr));
 }
 
 char* hvstor_disk_stats_json(HvstorDisk* d) {
-    try {
-        std::string out;
-        if (d->model) {
-            out = hvstor::perf::TimelineWriter::format(d->name, d->model->stats());
-        } else {
-            const auto& s = d->disk->stats();
-            out = "{\"disk\":\"" + d->name + "\",\"model\":false,\"reads\":" + std::to_string(s.reads.load()) +
-                  ",\"writes\":" + std::to_string(s.writes.load()) + ",\"bytes_read\":" +
-                  std::to_string(s.bytes_read.load()) + ",\"bytes_written\":" + std::to_string(s.bytes_written.load()) +
-                  ",\"errors\":" + std::to_string(s.errors.load()) + "}";
-        }
-        return dup_message(out);
-    } catch (const std::exception&) {
-        return nullptr;
-    }
-}
-
-void hvstor_vmbus_stats(HvstorVmbus* vb, HvstorStats* out) {
-    auto p = vb->partition.stats();
-    auto s = vb->server.stats();
-    auto y = vb->partition.synic().stats();
-    *out = HvstorStats{p.hypercalls, p.hypercall_errors, p.msr_faults, s.messages_in, s.messages_out,
-                       s.bad_messages, y.messages_deferred, vb->server.negotiated_version()};
+    return guarded([&] { return hvstor::capi::dup_message(to_cpp(d)->stats_json().c_str()); },
+                   [](const char*) -> char* { return nullptr; });
 }
 
 } // extern "C"

@@ -1,7 +1,13 @@
 /*
  * The C boundary between the C++ device model and the QEMU glue.
- * No C++ exception crosses it; every function is safe to call with the
- * object it takes, from any thread.
+ *
+ * No C++ exception crosses it: each function catches everything and fails in its own
+ * way, as documented below (NULL or false with a message; an error status; a line on
+ * stderr, only the first time for a given VMBus, where there is nothing to return).
+ *
+ * Any function may be called from any thread while the objects it takes exist, except
+ * hvstor_vmbus_free, which must not overlap any other call on that VMBus or on a
+ * controller or disk it owns.
  */
 #ifndef HVSTOR_CAPI_H
 #define HVSTOR_CAPI_H
@@ -31,18 +37,10 @@ typedef enum HvstorMsrResult {
     HVSTOR_MSR_NOT_OURS = 2, /* let the CPU model handle it */
 } HvstorMsrResult;
 
-typedef struct HvstorStats {
-    uint64_t hypercalls;
-    uint64_t hypercall_errors;
-    uint64_t msr_faults;
-    uint64_t messages_in;
-    uint64_t messages_out;
-    uint64_t bad_messages;
-    uint64_t synic_deferred;
-    uint32_t vmbus_version; /* 0 until the guest connected */
-} HvstorStats;
-
-/* A partition with its SynIC and VMBus server. */
+/*
+ * A partition with its SynIC and VMBus server. It owns the controllers and disks
+ * created on it: hvstor_vmbus_free frees them too (disks, then controllers).
+ */
 typedef struct HvstorVmbus HvstorVmbus;
 
 /* Parses "5.3" style VMBus versions; false for versions this server does not speak. */
@@ -53,13 +51,22 @@ HvstorVmbus *hvstor_vmbus_new(const HvstorHostOps *ops, uint32_t nr_vps,
                               uint16_t hypercall_port, uint32_t max_version,
                               char **err);
 void hvstor_vmbus_free(HvstorVmbus *vb);
+/* Machine reset. On an exception: logged, the reset may be partial. */
 void hvstor_vmbus_reset(HvstorVmbus *vb);
 
+/*
+ * Rewrites the Hyper-V leaves over what the CPU model answered. On an exception:
+ * logged, the registers are left as they came in.
+ */
 void hvstor_cpuid(HvstorVmbus *vb, uint32_t leaf, uint32_t subleaf,
                   uint32_t *eax, uint32_t *ebx, uint32_t *ecx, uint32_t *edx);
+/* On an exception: logged, HVSTOR_MSR_FAULT. */
 HvstorMsrResult hvstor_rdmsr(HvstorVmbus *vb, uint32_t vp, uint32_t msr, uint64_t *val);
 HvstorMsrResult hvstor_wrmsr(HvstorVmbus *vb, uint32_t vp, uint32_t msr, uint64_t val);
-/* Returns the value for RAX. */
+/*
+ * Returns the value for RAX. On an exception: logged, HV_STATUS_INSUFFICIENT_MEMORY
+ * (0x000B), which a Linux guest retries.
+ */
 uint64_t hvstor_hypercall(HvstorVmbus *vb, uint32_t vp, uint64_t control,
                           uint64_t input, uint64_t output);
 
@@ -72,19 +79,12 @@ typedef struct HvstorControllerConfig {
     uint32_t max_outstanding;     /* per channel, before back-pressure */
 } HvstorControllerConfig;
 
-/* instance: 16 bytes in VMBus wire order. NULL on failure, message in *err. */
+/*
+ * instance: 16 bytes in VMBus wire order. NULL on failure, message in *err (free() it).
+ * The controller lives until its VMBus is freed.
+ */
 HvstorController *hvstor_controller_new(HvstorVmbus *vb, const uint8_t instance[16],
                                         const HvstorControllerConfig *cfg, char **err);
-void hvstor_controller_free(HvstorController *c);
-
-typedef struct HvstorControllerStats {
-    uint64_t srbs;
-    uint64_t srb_errors;
-    uint64_t bad_packets;
-    uint64_t subchannels_offered;
-    uint32_t open_channels;
-} HvstorControllerStats;
-void hvstor_controller_stats(HvstorController *c, HvstorControllerStats *out);
 
 /* A SCSI disk on one LUN of a controller. */
 typedef struct HvstorDisk HvstorDisk;
@@ -105,6 +105,10 @@ typedef struct HvstorDiskConfig {
     const char *name;     /* for statistics and the timeline */
 } HvstorDiskConfig;
 
+/*
+ * NULL on failure, message in *err (free() it). The disk lives until its controller's
+ * VMBus is freed.
+ */
 HvstorDisk *hvstor_disk_new(HvstorController *c, const HvstorDiskConfig *cfg, char **err);
 /*
  * VM-level caps shared by the modelled disks created afterwards, e.g.
@@ -112,14 +116,8 @@ HvstorDisk *hvstor_disk_new(HvstorController *c, const HvstorDiskConfig *cfg, ch
  */
 bool hvstor_vmbus_set_vm_perf(HvstorVmbus *vb, const char *spec, char **err);
 
-/* The disk's live statistics as one JSON object (malloc'd; free() it). */
+/* The disk's live statistics as one JSON object (malloc'd; free() it); NULL on failure. */
 char *hvstor_disk_stats_json(HvstorDisk *d);
-
-/* Detaches the disk and waits for its outstanding I/O. */
-void hvstor_disk_free(HvstorDisk *d);
-uint64_t hvstor_disk_size(HvstorDisk *d);
-
-void hvstor_vmbus_stats(HvstorVmbus *vb, HvstorStats *out);
 
 #ifdef __cplusplus
 }

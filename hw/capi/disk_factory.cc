@@ -1,0 +1,127 @@
+#include "disk_factory.h"
+
+#include <cerrno>
+#include <utility>
+
+#include "hvstor/json.h"
+#include "hvstor/perf/timeline.h"
+
+namespace hvstor::capi {
+
+namespace {
+
+// RAM and null backends have no read-only mode of their own, and readonly=on must not be
+// ignored for them. The SCSI disk already write-protects a disk whose backend says so; the
+// -EROFS here keeps the backend's contract for any other submitter.
+class ReadOnlyBackend final : public backend::Backend {
+public:
+    explicit ReadOnlyBackend(std::unique_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
+
+    uint64_t size() const override { return inner_->size(); }
+    uint32_t block_size() const override { return inner_->block_size(); }
+    bool read_only() const override { return true; }
+    std::string describe() const override { return inner_->describe() + " (read-only)"; }
+    void drain() override { inner_->drain(); }
+
+    void submit(std::span<backend::Request* const> reqs) override {
+        // A batch of reads and flushes passes whole, so the inner backend still sees batches.
+        size_t from = 0;
+        for (size_t i = 0; i < reqs.size(); i++) {
+            if (allowed(reqs[i]->op)) continue;
+            if (i > from) inner_->submit(reqs.subspan(from, i - from));
+            reqs[i]->result = -EROFS;
+            reqs[i]->done->complete(reqs[i]);
+            from = i + 1;
+        }
+        if (from < reqs.size()) inner_->submit(reqs.subspan(from));
+    }
+
+private:
+    static bool allowed(backend::Op op) { return op == backend::Op::Read || op == backend::Op::Flush; }
+
+    std::unique_ptr<backend::Backend> inner_;
+};
+
+std::string disk_name(const DiskSpec& spec) {
+    return spec.name.empty() ? "lun" + std::to_string(spec.lun) : spec.name;
+}
+
+} // namespace
+
+AttachedDisk::AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name)
+    : ctl_(ctl), lun_(lun), name_(std::move(name)) {}
+
+AttachedDisk::~AttachedDisk() {
+    if (attached_) ctl_.detach(lun_);
+    // The SCSI disk completes through the controller, so its I/O must be over before either
+    // goes; the backend's destructor then has nothing left to wait for.
+    if (backend_) backend_->drain();
+}
+
+std::string AttachedDisk::stats_json() {
+    if (model_) return perf::TimelineWriter::format(name_, model_->stats());
+    const scsi::DiskStats& s = disk_->stats();
+    return JsonWriter()
+        .str("disk", name_)
+        .boolean("model", false)
+        .num("reads", s.reads.load())
+        .num("writes", s.writes.load())
+        .num("bytes_read", s.bytes_read.load())
+        .num("bytes_written", s.bytes_written.load())
+        .num("errors", s.errors.load())
+        .done();
+}
+
+std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec) {
+    std::string err;
+    std::unique_ptr<backend::Backend> be;
+    if (spec.backend == "file") {
+        if (spec.path.empty()) throw DiskError("backend=file needs file=PATH");
+        be = backend::open_file(spec.path, backend::FileOptions{spec.read_only, spec.direct}, err);
+    } else if (spec.backend == "ram" || spec.backend == "null") {
+        if (spec.size == 0 || spec.size % 512)
+            throw DiskError("backend=" + spec.backend + " needs size= a non-zero multiple of 512, not " +
+                            std::to_string(spec.size));
+        be = spec.backend == "ram" ? backend::make_ram(spec.size, err) : backend::make_null(spec.size, err);
+        if (be && spec.read_only) be = std::make_unique<ReadOnlyBackend>(std::move(be));
+    } else if (spec.backend.empty()) {
+        throw DiskError("no backend: give file=PATH, or backend=ram|null with size=");
+    } else {
+        throw DiskError("backend must be file, ram or null, not '" + spec.backend + "'");
+    }
+    if (!be) throw DiskError(err);
+    return be;
+}
+
+std::unique_ptr<perf::ModelBackend> DiskFactory::wrap_in_model(std::unique_ptr<backend::Backend> storage,
+                                                               const std::string& settings,
+                                                               const std::string& name) const {
+    perf::ModelConfig mc;
+    std::string err;
+    if (!perf::parse_model_config(settings, mc, err)) throw DiskError("perf: " + err);
+    if (mc.name.empty()) mc.name = name;
+    auto model = perf::make_model(std::move(storage), mc, clock_, vm_, err);
+    if (!model) throw DiskError("perf: " + err);
+    return model;
+}
+
+std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, const DiskSpec& spec) const {
+    std::unique_ptr<AttachedDisk> d(new AttachedDisk(ctl, spec.lun, disk_name(spec)));
+    d->backend_ = open_storage(spec);
+    if (!spec.perf.empty()) {
+        auto model = wrap_in_model(std::move(d->backend_), spec.perf, d->name_);
+        d->model_ = model.get();
+        d->backend_ = std::move(model);
+    }
+    scsi::DiskConfig dc;
+    dc.serial = spec.serial;
+    // The disk advertises what the controller accepts, so the guest never sends more.
+    dc.max_transfer_bytes = ctl.config().max_transfer_bytes;
+    d->disk_ = std::make_unique<scsi::Disk>(*d->backend_, dc, ctl);
+    std::string err;
+    if (!ctl.attach(spec.lun, d->disk_.get(), err)) throw DiskError(err);
+    d->attached_ = true;
+    return d;
+}
+
+} // namespace hvstor::capi

@@ -1,0 +1,95 @@
+// Building a disk from its settings: the backend (file, RAM or null), the performance
+// model around it when asked for, the SCSI disk over that, attached to a controller's LUN.
+//
+// A private header of hw/capi: only capi.cc and the tests use it. The QEMU glue sees the C
+// ABI alone, and no layer below capi may depend on how devices are assembled.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "hvstor/backend/backend.h"
+#include "hvstor/perf/clock.h"
+#include "hvstor/perf/model.h"
+#include "hvstor/perf/vm.h"
+#include "hvstor/scsi/disk.h"
+#include "hvstor/storvsp/controller.h"
+
+namespace hvstor::capi {
+
+// What an hv-disk's properties ask for.
+struct DiskSpec {
+    std::string backend;  // "file", "ram" or "null"
+    std::string path;     // file
+    uint64_t size = 0;    // ram, null: bytes, a non-zero multiple of 512
+    bool read_only = false;
+    bool direct = true;   // file: O_DIRECT where the file system allows it
+    std::string serial;   // "" for none
+    uint8_t lun = 0;
+    std::string perf;     // performance model settings (docs/perf-model.md), "" for none
+    std::string name;     // statistics and timeline; "" means "lun<N>"
+};
+
+// A disk on a LUN, with everything it is built from. Destroying it detaches the LUN and
+// waits for the I/O the disk still has in its backend; it must go before its controller.
+class AttachedDisk {
+public:
+    ~AttachedDisk();
+    AttachedDisk(const AttachedDisk&) = delete;
+    AttachedDisk& operator=(const AttachedDisk&) = delete;
+
+    const std::string& name() const { return name_; }
+    uint8_t lun() const { return lun_; }
+    // What the SCSI disk submits to: the model when there is one, else the storage.
+    backend::Backend& backend() { return *backend_; }
+    perf::ModelBackend* model() { return model_; }  // null without perf settings
+    const scsi::Disk& scsi() const { return *disk_; }
+
+    // Live statistics as one JSON object: the model's when there is one, else the SCSI
+    // disk's counters.
+    std::string stats_json();
+
+private:
+    friend class DiskFactory;
+    AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name);
+
+    storvsp::Controller& ctl_;
+    const uint8_t lun_;
+    const std::string name_;
+    std::unique_ptr<backend::Backend> backend_;
+    perf::ModelBackend* model_ = nullptr;  // backend_.get() when modelled
+    std::unique_ptr<scsi::Disk> disk_;
+    bool attached_ = false;
+};
+
+// Why a disk could not be built, in words for the user: bad settings name the setting.
+class DiskError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class DiskFactory {
+public:
+    // `vm`: the VM's caps, shared by every modelled disk this factory builds (may be null).
+    // `clock`: the models' clock; null for the host's. Another clock must outlive the disks.
+    explicit DiskFactory(std::shared_ptr<perf::VmLimits> vm = nullptr, perf::Clock* clock = nullptr)
+        : vm_(std::move(vm)), clock_(clock) {}
+
+    // Builds the disk `spec` describes and attaches it to `ctl`. Throws DiskError.
+    std::unique_ptr<AttachedDisk> attach(storvsp::Controller& ctl, const DiskSpec& spec) const;
+
+    // The storage alone (no model): the file, RAM or null backend, read-only if asked.
+    // Throws DiskError.
+    static std::unique_ptr<backend::Backend> open_storage(const DiskSpec& spec);
+
+private:
+    std::unique_ptr<perf::ModelBackend> wrap_in_model(std::unique_ptr<backend::Backend> storage,
+                                                      const std::string& settings, const std::string& name) const;
+
+    std::shared_ptr<perf::VmLimits> vm_;
+    perf::Clock* clock_;
+};
+
+} // namespace hvstor::capi

@@ -1,0 +1,100 @@
+#include "machine.h"
+
+#include <algorithm>
+#include <string>
+
+namespace hvstor::capi {
+
+namespace {
+
+// Checked before the partition allocates per-VP state for a count nothing can use.
+hv::PartitionConfig partition_config(const MachineConfig& cfg) {
+    if (cfg.nr_vps == 0 || cfg.nr_vps > 4096) throw ConfigError("vCPU count must be 1..4096");
+    const auto& known = vmbus::version::kAll;
+    if (std::find(std::begin(known), std::end(known), cfg.max_version) == std::end(known))
+        throw ConfigError("VMBus version " + std::to_string(cfg.max_version >> 16) + "." +
+                          std::to_string(cfg.max_version & 0xFFFF) + " is not one this server speaks");
+    return hv::PartitionConfig{cfg.nr_vps, cfg.hypercall_port};
+}
+
+vmbus::ServerConfig server_config(const MachineConfig& cfg) {
+    vmbus::ServerConfig sc;
+    sc.max_version = cfg.max_version;
+    return sc;
+}
+
+const storvsp::ControllerConfig& checked(const storvsp::ControllerConfig& cfg) {
+    check_controller_config(cfg);
+    return cfg;
+}
+
+} // namespace
+
+void check_controller_config(const storvsp::ControllerConfig& cfg) {
+    if (cfg.max_transfer_bytes < 4096 || cfg.max_transfer_bytes > 8 * 1024 * 1024 || cfg.max_transfer_bytes % 4096)
+        throw ConfigError("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
+    if (cfg.max_outstanding_per_channel < 1 || cfg.max_outstanding_per_channel > 4096)
+        throw ConfigError("outstanding limit must be 1..4096");
+    if (cfg.max_subchannels > 256) throw ConfigError("at most 256 subchannels");
+}
+
+ScsiController::ScsiController(Machine& machine, const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg)
+    : machine_(machine),
+      // The one place a controller is built: it is wired to the machine's bus here.
+      ctl_(std::make_unique<storvsp::Controller>(machine.host(), machine.server(), instance, checked(cfg))) {
+    std::string err;
+    if (!ctl_->start(err)) throw std::runtime_error(err);
+}
+
+ScsiController::~ScsiController() {
+    // Disks complete their I/O through the controller: they go first.
+    std::lock_guard lock(mu_);
+    disks_.clear();
+}
+
+AttachedDisk& ScsiController::add_disk(const DiskSpec& spec) {
+    auto disk = machine_.disk_factory().attach(*ctl_, spec);
+    std::lock_guard lock(mu_);
+    disks_.push_back(std::move(disk));
+    return *disks_.back();
+}
+
+Machine::Machine(Host& host, const MachineConfig& cfg)
+    : host_(host), partition_(host, partition_config(cfg)), server_(partition_.synic(), server_config(cfg)) {
+    partition_.set_message_handler(&server_);
+}
+
+Machine::~Machine() {
+    {
+        std::lock_guard lock(mu_);
+        controllers_.clear();
+    }
+    partition_.set_message_handler(nullptr);
+}
+
+void Machine::reset() {
+    server_.reset();
+    partition_.reset();
+}
+
+void Machine::set_vm_perf(std::string_view spec) {
+    std::string err;
+    auto limits = perf::VmLimits::create(spec, err);
+    if (!limits) throw ConfigError(err);
+    std::lock_guard lock(mu_);
+    vm_limits_ = std::move(limits);
+}
+
+DiskFactory Machine::disk_factory() const {
+    std::lock_guard lock(mu_);
+    return DiskFactory(vm_limits_);
+}
+
+ScsiController& Machine::add_controller(const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg) {
+    auto c = std::make_unique<ScsiController>(*this, instance, cfg);
+    std::lock_guard lock(mu_);
+    controllers_.push_back(std::move(c));
+    return *controllers_.back();
+}
+
+} // namespace hvstor::capi

@@ -1,0 +1,100 @@
+// The device model of one VM as the QEMU glue builds it: the Hyper-V partition, the VMBus
+// server on its SynIC, the VM-wide performance caps, and the SCSI controllers with their
+// disks. Each object owns what it built, so tearing down the machine tears down everything
+// in the order the parts need: disks, then controllers, then the server and partition.
+//
+// A private header of hw/capi, like disk_factory.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include "disk_factory.h"
+#include "hvstor/host.h"
+#include "hvstor/hyperv/partition.h"
+#include "hvstor/perf/vm.h"
+#include "hvstor/storvsp/controller.h"
+#include "hvstor/vmbus/guid.h"
+#include "hvstor/vmbus/server.h"
+
+namespace hvstor::capi {
+
+struct MachineConfig {
+    uint32_t nr_vps = 1;          // 1..4096
+    uint16_t hypercall_port = 0;  // the I/O port the hypercall page traps through
+    uint32_t max_version = vmbus::version::kV5_3;  // one of vmbus::version::kAll
+};
+
+// Bad settings of a machine or a controller, in words for the user.
+class ConfigError : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+class Machine;
+
+// A started controller (its primary channel offered) and the disks on its LUNs.
+class ScsiController {
+public:
+    // Throws ConfigError for settings out of range, std::runtime_error when the offer fails.
+    ScsiController(Machine& machine, const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg);
+    ~ScsiController();
+    ScsiController(const ScsiController&) = delete;
+    ScsiController& operator=(const ScsiController&) = delete;
+
+    storvsp::Controller& controller() { return *ctl_; }
+
+    // Builds a disk with the machine's DiskFactory and keeps it until the controller goes.
+    // Throws DiskError.
+    AttachedDisk& add_disk(const DiskSpec& spec);
+
+private:
+    Machine& machine_;
+    std::unique_ptr<storvsp::Controller> ctl_;
+    std::mutex mu_;  // disks_: the glue may realize devices from more than one thread
+    std::vector<std::unique_ptr<AttachedDisk>> disks_;
+};
+
+// Throws ConfigError unless the settings are ones a controller can run with.
+void check_controller_config(const storvsp::ControllerConfig& cfg);
+
+class Machine {
+public:
+    // Throws ConfigError for settings out of range.
+    Machine(Host& host, const MachineConfig& cfg);
+    ~Machine();
+    Machine(const Machine&) = delete;
+    Machine& operator=(const Machine&) = delete;
+
+    Host& host() { return host_; }
+    hv::Partition& partition() { return partition_; }
+    vmbus::Server& server() { return server_; }
+
+    // Power-on state for a machine reset: the guest's connection first, then the SynIC and
+    // MSRs it was built on.
+    void reset();
+
+    // VM-level caps for the modelled disks created afterwards, from a property string such
+    // as "profile=Standard_F32s_v2,time-scale=8". Throws ConfigError.
+    void set_vm_perf(std::string_view spec);
+
+    // Builds disks sharing this machine's VM caps (those set when it is called).
+    DiskFactory disk_factory() const;
+
+    // Builds and starts a controller, kept until the machine goes. Throws as its constructor.
+    ScsiController& add_controller(const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg);
+
+private:
+    Host& host_;
+    hv::Partition partition_;
+    vmbus::Server server_;
+    mutable std::mutex mu_;  // vm_limits_, controllers_
+    std::shared_ptr<perf::VmLimits> vm_limits_;
+    std::vector<std::unique_ptr<ScsiController>> controllers_;
+};
+
+} // namespace hvstor::capi

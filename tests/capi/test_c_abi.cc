@@ -1,0 +1,350 @@
+// The C ABI as the QEMU glue uses it: results, messages, ownership, and that an exception
+// inside the model comes back as the function's failure value instead of terminating.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "fake_host.h"
+#include "guard.h"
+#include "hvstor/capi.h"
+#include "hvstor/hyperv/msr.h"
+#include "hvstor/vmbus/messages.h"
+
+namespace {
+
+using hvstor::test::FakeHost;
+
+// The glue's host operations over a fake RAM; a test can make every access throw, as a
+// C++ failure deep in a callback would.
+struct TestHost {
+    enum class Throw { Nothing, Runtime, BadAlloc, System, NotAnException };
+    FakeHost ram;
+    Throw fault = Throw::Nothing;
+
+    void maybe_throw() const {
+        switch (fault) {
+        case Throw::Nothing: return;
+        case Throw::Runtime: throw std::runtime_error("host exploded");
+        case Throw::BadAlloc: throw std::bad_alloc();
+        case Throw::System: throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+        case Throw::NotAnException: throw 42;
+        }
+    }
+    static TestHost& of(void* opaque) { return *static_cast<TestHost*>(opaque); }
+
+    HvstorHostOps ops() {
+        HvstorHostOps o{};
+        o.opaque = this;
+        o.read_gpa = [](void* p, uint64_t gpa, void* dst, size_t len) {
+            of(p).maybe_throw();
+            return of(p).ram.read_gpa(gpa, dst, len);
+        };
+        o.write_gpa = [](void* p, uint64_t gpa, const void* src, size_t len) {
+            of(p).maybe_throw();
+            return of(p).ram.write_gpa(gpa, src, len);
+        };
+        o.atomic_or_u32 = [](void* p, uint64_t gpa, uint32_t mask) {
+            of(p).maybe_throw();
+            return of(p).ram.atomic_or_u32(gpa, mask);
+        };
+        o.map = [](void* p, uint64_t gpa, size_t len, bool w) {
+            of(p).maybe_throw();
+            return of(p).ram.map(gpa, len, w);
+        };
+        o.unmap = [](void* p, void* ptr, size_t len, bool written) { of(p).ram.unmap(ptr, len, written); };
+        o.raise_vector = [](void* p, uint32_t vp, uint8_t vector) { of(p).ram.raise_vector(vp, vector); };
+        return o;
+    }
+};
+
+// What a block of code writes to stderr (fd 2), for the one-line reports of the barrier.
+class StderrCapture {
+public:
+    StderrCapture() : file_(std::tmpfile()) {
+        std::fflush(stderr);
+        saved_ = dup(2);
+        dup2(fileno(file_), 2);
+    }
+    ~StderrCapture() {
+        restore();
+        std::fclose(file_);
+    }
+    std::string text() {
+        restore();
+        std::string s;
+        std::rewind(file_);
+        char buf[256];
+        size_t n;
+        while ((n = std::fread(buf, 1, sizeof buf, file_)) > 0) s.append(buf, n);
+        return s;
+    }
+
+private:
+    void restore() {
+        if (saved_ < 0) return;
+        std::fflush(stderr);
+        dup2(saved_, 2);
+        close(saved_);
+        saved_ = -1;
+    }
+    std::FILE* file_;
+    int saved_ = -1;
+};
+
+// A message from *err, freed.
+std::string take(char*& err) {
+    std::string s = err ? err : "(no message)";
+    std::free(err);
+    err = nullptr;
+    return s;
+}
+
+constexpr uint16_t kPort = 0x5A58;
+constexpr uint8_t kInstance[16] = {0x1b, 0x78, 0xb3, 0xf8, 0x82, 0x1e, 0x18, 0x48,
+                                   0xa1, 0xc3, 0x63, 0xd8, 0x06, 0xec, 0x15, 0x00};
+constexpr HvstorControllerConfig kController{4, 256 * 1024, 256};
+
+class CAbiTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char* err = nullptr;
+        ops = host.ops();
+        vb = hvstor_vmbus_new(&ops, 2, kPort, hvstor::vmbus::version::kV5_3, &err);
+        ASSERT_NE(vb, nullptr) << take(err);
+    }
+    void TearDown() override { hvstor_vmbus_free(vb); }
+
+    HvstorController* controller() {
+        char* err = nullptr;
+        HvstorController* c = hvstor_controller_new(vb, kInstance, &kController, &err);
+        EXPECT_NE(c, nullptr) << take(err);
+        return c;
+    }
+    static HvstorDiskConfig ram(uint8_t lun, const char* name = nullptr) {
+        HvstorDiskConfig d{};
+        d.backend = "ram";
+        d.size = 1 << 20;
+        d.lun = lun;
+        d.name = name;
+        return d;
+    }
+
+    TestHost host;
+    HvstorHostOps ops{};
+    HvstorVmbus* vb = nullptr;
+};
+
+TEST(CAbi, ParsesVmbusVersions) {
+    uint32_t v = 0;
+    EXPECT_TRUE(hvstor_parse_vmbus_version("5.3", &v));
+    EXPECT_EQ(v, 0x00050003u);
+    EXPECT_TRUE(hvstor_parse_vmbus_version("4.0", &v));
+    EXPECT_EQ(v, 0x00040000u);
+    EXPECT_FALSE(hvstor_parse_vmbus_version("5.4", &v));
+    EXPECT_FALSE(hvstor_parse_vmbus_version("5.3x", &v));
+    EXPECT_FALSE(hvstor_parse_vmbus_version(nullptr, &v));
+}
+
+TEST(CAbi, VmbusSettingsAreChecked) {
+    TestHost host;
+    HvstorHostOps ops = host.ops();
+    char* err = nullptr;
+    EXPECT_EQ(hvstor_vmbus_new(&ops, 0, kPort, hvstor::vmbus::version::kV5_3, &err), nullptr);
+    EXPECT_EQ(take(err), "vCPU count must be 1..4096");
+    EXPECT_EQ(hvstor_vmbus_new(&ops, 1, kPort, 0x00050004, &err), nullptr);
+    EXPECT_EQ(take(err), "VMBus version 5.4 is not one this server speaks");
+    ops.map = nullptr;
+    EXPECT_EQ(hvstor_vmbus_new(&ops, 1, kPort, hvstor::vmbus::version::kV5_3, &err), nullptr);
+    EXPECT_EQ(take(err), "incomplete host operations");
+    EXPECT_EQ(hvstor_vmbus_new(nullptr, 1, kPort, hvstor::vmbus::version::kV5_3, &err), nullptr);
+    EXPECT_EQ(take(err), "incomplete host operations");
+}
+
+TEST_F(CAbiTest, CpuidAnswersAsHyperV) {
+    uint32_t a = 0, b = 0, c = 0, d = 0;
+    hvstor_cpuid(vb, 0x40000000, 0, &a, &b, &c, &d);
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &c, 4);
+    std::memcpy(vendor + 8, &d, 4);
+    EXPECT_STREQ(vendor, "Microsoft Hv");
+}
+
+TEST_F(CAbiTest, ControllerSettingsAreChecked) {
+    char* err = nullptr;
+    HvstorControllerConfig cfg = kController;
+    cfg.max_transfer_bytes = 1000;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
+    cfg = kController;
+    cfg.max_outstanding = 0;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "outstanding limit must be 1..4096");
+    cfg = kController;
+    cfg.max_subchannels = 300;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "at most 256 subchannels");
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, nullptr, &err), nullptr);
+    EXPECT_EQ(take(err), "no VMBus, instance or settings");
+}
+
+TEST_F(CAbiTest, DiskErrorsComeBackAsMessages) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0);
+    d.backend = "tape";
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "backend must be file, ram or null, not 'tape'");
+    d = ram(0);
+    d.size = 100;
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "backend=ram needs size= a non-zero multiple of 512, not 100");
+    d = ram(0);
+    d.perf = "queue=sideways";
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err).rfind("perf: ", 0), 0u);
+
+    d = ram(2);
+    ASSERT_NE(hvstor_disk_new(c, &d, &err), nullptr) << take(err);
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "lun 2 is already in use");
+    EXPECT_EQ(hvstor_disk_new(nullptr, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "no controller or settings");
+}
+
+TEST_F(CAbiTest, StatsJsonEscapesTheName) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0, "q\"uote\\slash");
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    char* json = hvstor_disk_stats_json(disk);
+    ASSERT_NE(json, nullptr);
+    EXPECT_STREQ(json, R"({"disk":"q\"uote\\slash","model":false,"reads":0,"writes":0,)"
+                       R"("bytes_read":0,"bytes_written":0,"errors":0})");
+    std::free(json);
+}
+
+TEST_F(CAbiTest, ModelledDiskStatsComeFromTheModel) {
+    char* err = nullptr;
+    ASSERT_TRUE(hvstor_vmbus_set_vm_perf(vb, "profile=Standard_F32s_v2,time-scale=8", &err)) << take(err);
+    EXPECT_FALSE(hvstor_vmbus_set_vm_perf(vb, "iops=-1", &err));
+    EXPECT_NE(take(err), "(no message)");
+    HvstorController* c = controller();
+    HvstorDiskConfig d = ram(0, "m");
+    d.perf = "profile=premium-p10";
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    char* json = hvstor_disk_stats_json(disk);
+    ASSERT_NE(json, nullptr);
+    const std::string s = json;
+    std::free(json);
+    EXPECT_NE(s.find(R"("disk":"m")"), std::string::npos) << s;
+    EXPECT_NE(s.find(R"("iops":)"), std::string::npos) << s;
+}
+
+// No free function per controller or disk: the VMBus owns them (LeakSanitizer checks).
+TEST(CAbi, FreeingTheVmbusFreesItsControllersAndDisks) {
+    TestHost host;
+    HvstorHostOps ops = host.ops();
+    char* err = nullptr;
+    HvstorVmbus* vb = hvstor_vmbus_new(&ops, 1, kPort, hvstor::vmbus::version::kV5_3, &err);
+    ASSERT_NE(vb, nullptr) << take(err);
+    uint8_t instance[16];
+    std::memcpy(instance, kInstance, 16);
+    for (uint8_t i = 0; i < 2; i++) {
+        instance[15] = i;
+        HvstorController* c = hvstor_controller_new(vb, instance, &kController, &err);
+        ASSERT_NE(c, nullptr) << take(err);
+        for (uint8_t lun = 0; lun < 3; lun++) {
+            HvstorDiskConfig d{};
+            d.backend = lun == 2 ? "null" : "ram";
+            d.size = 1 << 20;
+            d.lun = lun;
+            d.perf = lun == 1 ? "profile=premium-p10" : nullptr;
+            ASSERT_NE(hvstor_disk_new(c, &d, &err), nullptr) << take(err);
+        }
+    }
+    hvstor_vmbus_free(vb);
+    hvstor_vmbus_free(nullptr);
+}
+
+// POST_MESSAGE reads its input through the host; a throw there must not unwind into C.
+TEST_F(CAbiTest, HypercallReturnsAnErrorStatusOnAnException) {
+    constexpr uint64_t kInput = 0x200000;
+    constexpr uint64_t kPostMessage = 0x5C, kSignalEvent = 0x5D;
+    constexpr uint64_t kInsufficientMemory = 0x000B;
+    StderrCapture cap;
+    host.fault = TestHost::Throw::Runtime;
+    EXPECT_EQ(hvstor_hypercall(vb, 0, kPostMessage, kInput, 0), kInsufficientMemory);
+    host.fault = TestHost::Throw::BadAlloc;
+    EXPECT_EQ(hvstor_hypercall(vb, 0, kPostMessage, kInput, 0), kInsufficientMemory);
+    host.fault = TestHost::Throw::System;
+    EXPECT_EQ(hvstor_hypercall(vb, 1, kSignalEvent, kInput, 0), kInsufficientMemory);
+    host.fault = TestHost::Throw::NotAnException;
+    EXPECT_EQ(hvstor_hypercall(vb, 1, kSignalEvent, kInput, 0), kInsufficientMemory);
+    // Only the first is logged: the guest may retry a failing call many times.
+    EXPECT_EQ(cap.text(),
+              "hvstor: hvstor_hypercall: host exploded (later exceptions of this VMBus are not logged)\n");
+
+    // And the partition still works.
+    host.fault = TestHost::Throw::Nothing;
+    EXPECT_EQ(hvstor_hypercall(vb, 0, 0xFFFF, 0, 0), 0x0002u);  // invalid hypercall code
+}
+
+// Enabling the hypercall page writes the stub into guest RAM through the host.
+TEST_F(CAbiTest, WrmsrFaultsOnAnException) {
+    using namespace hvstor::hv;
+    StderrCapture cap;
+    ASSERT_EQ(hvstor_wrmsr(vb, 0, msr::kGuestOsId, 1), HVSTOR_MSR_HANDLED);
+    host.fault = TestHost::Throw::System;
+    EXPECT_EQ(hvstor_wrmsr(vb, 0, msr::kHypercall, 0x300000 | 1), HVSTOR_MSR_FAULT);
+    EXPECT_NE(cap.text().find("hvstor: hvstor_wrmsr: "), std::string::npos);
+    host.fault = TestHost::Throw::Nothing;
+    EXPECT_EQ(hvstor_wrmsr(vb, 0, msr::kHypercall, 0x300000 | 1), HVSTOR_MSR_HANDLED);
+    uint64_t val = 0;
+    EXPECT_EQ(hvstor_rdmsr(vb, 0, msr::kHypercall, &val), HVSTOR_MSR_HANDLED);
+    EXPECT_EQ(val, 0x300000u | 1);
+}
+
+// The barrier itself, for every shape of entry point, including those no test can make
+// throw through the model (CPUID, RDMSR and reset touch nothing that throws today).
+TEST(Guard, PassesResultsThrough) {
+    EXPECT_EQ(hvstor::capi::guarded([] { return 7; }, [](const char*) { return -1; }), 7);
+}
+
+TEST(Guard, TurnsExceptionsIntoTheFailureValue) {
+    using hvstor::capi::guarded;
+    char* err = nullptr;
+    auto* p = guarded([]() -> int* { throw std::invalid_argument("bad thing"); },
+                      hvstor::capi::fail_with(&err, nullptr));
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(take(err), "bad thing");
+    EXPECT_FALSE(guarded([]() -> bool { throw 1; }, hvstor::capi::fail_with(&err, false)));
+    EXPECT_EQ(take(err), "unknown exception");
+    // A null err is allowed: the failure value alone.
+    EXPECT_FALSE(guarded([]() -> bool { throw std::bad_alloc(); }, hvstor::capi::fail_with<bool>(nullptr, false)));
+}
+
+TEST(Guard, LogsTheFirstExceptionOnly) {
+    using hvstor::capi::guarded;
+    using hvstor::capi::log_once;
+    std::atomic_flag logged;
+    StderrCapture cap;
+    EXPECT_EQ(guarded([]() -> HvstorMsrResult { throw std::runtime_error("first"); },
+                      log_once(logged, "hvstor_rdmsr", HVSTOR_MSR_FAULT)),
+              HVSTOR_MSR_FAULT);
+    guarded([] { throw std::runtime_error("second"); }, log_once(logged, "hvstor_cpuid"));
+    guarded([] {}, log_once(logged, "hvstor_cpuid"));
+    EXPECT_EQ(cap.text(), "hvstor: hvstor_rdmsr: first (later exceptions of this VMBus are not logged)\n");
+}
+
+} // namespace
