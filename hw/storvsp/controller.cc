@@ -52,12 +52,20 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
 void Controller::detach(uint8_t lun) {
     if (lun >= kMaxLuns) return;
     luns_[lun].store(nullptr);
+    // Workers look disks up without a lock; wait until none can still hold the old one.
+    std::vector<Queue*> queues;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& c : channels_) queues.push_back(c.get());
+    }
+    for (Queue* q : queues) q->wait_batch_boundary();
     channels_[0]->request_enumerate();
 }
 
 scsi::Disk* Controller::lookup(uint8_t path, uint8_t target, uint8_t lun) {
     if (path != 0 || target != 0 || lun >= kMaxLuns) return nullptr;
-    return luns_[lun].load(std::memory_order_acquire);
+    // Sequentially consistent with detach(): see Queue::wait_batch_boundary().
+    return luns_[lun].load(std::memory_order_seq_cst);
 }
 
 std::vector<uint16_t> Controller::luns() {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace hvstor::storvsp {
 
@@ -351,6 +352,10 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
         else scsi::answer_report_luns(c, {});
         return complete(ch, ctx);
     }
+    if (!in_batch_) {
+        batch_seq_.fetch_add(1, std::memory_order_seq_cst); // odd: disks may be held
+        in_batch_ = true;
+    }
     scsi::Disk* disk = ctl_.lookup(srb.path_id, srb.target_id, srb.lun);
     if (!disk) {
         scsi::answer_absent_lun(c);
@@ -375,6 +380,17 @@ void Queue::on_batch_end(vmbus::ChannelRuntime&) {
         if (!cmds.empty()) disk->submit(cmds);
         cmds.clear();
     }
+    if (in_batch_) {
+        batch_seq_.fetch_add(1, std::memory_order_release); // even: no disk held
+        in_batch_ = false;
+    }
+}
+
+void Queue::wait_batch_boundary() const {
+    const uint64_t seq = batch_seq_.load(std::memory_order_seq_cst);
+    if (!(seq & 1)) return;
+    // A batch is short (parsing and non-blocking submits): yield until it has moved on.
+    while (batch_seq_.load(std::memory_order_acquire) == seq) std::this_thread::yield();
 }
 
 void Queue::release(IoContext* ctx) {

@@ -41,6 +41,11 @@ public:
     // From any thread: a command finished.
     void done(IoContext* ctx);
 
+    // From any thread: returns once the worker has finished the batch it is in, if any. A
+    // disk pointer looked up in a batch is used until the batch is submitted, so after a
+    // LUN was cleared and this returned for every queue, no worker holds the old disk.
+    void wait_batch_boundary() const;
+
     // vmbus::ChannelHandler (the bus: vCPU threads)
     uint32_t on_open(const vmbus::OpenRequest& req) override;
     void on_close(uint32_t relid) override;
@@ -81,6 +86,9 @@ private:
     std::vector<IoContext> pool_;
     std::vector<IoContext*> free_;
     std::vector<std::pair<scsi::Disk*, std::vector<scsi::Command*>>> batch_;
+    // Odd from the first disk lookup of a batch until the batch is submitted.
+    std::atomic<uint64_t> batch_seq_{0};
+    bool in_batch_ = false;
 
     // Completed commands, from any thread to the worker.
     std::mutex done_mu_;

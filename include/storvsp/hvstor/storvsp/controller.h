@@ -53,6 +53,8 @@ public:
     // LUN table (target 0, channel/path 0). Attaching or detaching while the guest is
     // connected tells it to rescan (ENUMERATE_BUS).
     bool attach(uint8_t lun, scsi::Disk* disk, std::string& err);
+    // When it returns, no channel worker submits to the disk any more (commands already
+    // submitted still complete: drain the disk's backend before freeing it).
     void detach(uint8_t lun);
 
     const ControllerConfig& config() const { return cfg_; }
