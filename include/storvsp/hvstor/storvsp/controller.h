@@ -30,6 +30,15 @@ struct ControllerConfig {
     uint16_t max_protocol_version = kVersionWin10;
 };
 
+// Each queue preallocates its request pool (outstanding x the largest transfer's page list),
+// so the product of the three settings is host memory: bounded here, at configuration time.
+constexpr uint64_t kMaxPreallocatedBytes = 512ull << 20;
+// Host memory a controller allocates once the guest has opened every subchannel.
+uint64_t preallocated_bytes(const ControllerConfig& cfg);
+// False with a message naming the setting when a value is out of range or the product
+// above exceeds kMaxPreallocatedBytes. Controller::start() refuses such a configuration.
+bool validate(const ControllerConfig& cfg, std::string& err);
+
 struct ControllerStats {
     std::atomic<uint64_t> srbs{0};
     std::atomic<uint64_t> srb_errors{0};    // completed with an SRB status other than success
