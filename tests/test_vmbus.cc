@@ -460,3 +460,19 @@ TEST_F(VmbusTest, OpenIsRefusedWhileTheCloseIsInProgress) {
     EXPECT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
     EXPECT_EQ(dev.opens, 2);
 }
+
+// An OPENCHANNEL for a relid this connection was never offered (the guest skipped
+// REQUESTOFFERS and guessed it) is refused.
+TEST_F(VmbusTest, OpenOfARelidNotOfferedOnThisConnectionIsRefused) {
+    FakeChannel dev;
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    a.handler = &dev;
+    server.offer(a);
+    ASSERT_EQ(negotiate(version::kV5_3).version_supported, 1);
+    send_gpadl(1, 5, 66);
+    g.take(0);
+    g.post(0, 1, open_request());
+    EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    EXPECT_EQ(dev.opens, 0);
+}

@@ -380,7 +380,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
 
     Offer* ch = find(req.child_relid);
     auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
-    if (!ch || ch->open || ch->closing || g == gpadls_.end() || !g->second.complete() ||
+    if (!ch || !ch->offered || ch->open || ch->closing || g == gpadls_.end() || !g->second.complete() ||
         g->second.child_relid != req.child_relid || req.target_vp >= synic_.nr_vps() ||
         req.downstream_ringbuffer_pageoffset == 0 ||
         req.downstream_ringbuffer_pageoffset >= g->second.expected_pfns) {
