@@ -13,6 +13,7 @@
 #include "../validate.h"
 #include "hvstor/perf/timeline.h"
 #include "io_pool.h"
+#include "keys.h"
 #include "scheduler.h"
 #include "stats_accumulator.h"
 
@@ -265,14 +266,7 @@ std::unique_ptr<ModelBackend> make_model(std::unique_ptr<backend::Backend> inner
         err = "perf: no inner backend";
         return nullptr;
     }
-    if (cfg.io_unit < 512) {
-        err = "perf: io-unit must be at least 512";
-        return nullptr;
-    }
-    if (cfg.stats_interval < kMs) {
-        err = "perf: stats.interval must be at least 1ms";
-        return nullptr;
-    }
+    if (!detail::check_unscaled(cfg, err)) return nullptr;
     auto m = std::make_unique<Model>(std::move(inner), cfg, clock, std::move(vm));
     if (!m->open_timeline(err)) return nullptr;
     return m;

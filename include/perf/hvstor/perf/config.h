@@ -30,6 +30,7 @@ struct Distribution {
     DistKind kind = DistKind::Fixed;
     Nanos a = 0;
     Nanos b = 0;
+    bool operator==(const Distribution&) const = default;
 };
 
 // One set of caps: a disk's or a VM's. A rate of 0 leaves that dimension uncapped.
@@ -45,6 +46,7 @@ struct Caps {
     // Depth of the buckets as time at their rate (at least two accounting units): the most an
     // idle disk lets through at once before pacing starts.
     Nanos window = 1 * kMs;
+    bool operator==(const Caps&) const = default;
 };
 
 struct ModelConfig {
@@ -80,12 +82,14 @@ struct ModelConfig {
 
     // Already applied to every rate and duration above; kept to report results scaled back.
     double time_scale = 1;
+    bool operator==(const ModelConfig&) const = default;
 };
 
 struct VmConfig {
     std::string profile;
     Caps caps;
     double time_scale = 1;
+    bool operator==(const VmConfig&) const = default;
 };
 
 // Parse "profile=premium-p10,iops=800,latency.read=lognormal:1.8ms:6ms,...". The profile is
