@@ -9,6 +9,7 @@
 
 #include "hvstor/perf/config.h"
 #include "keys.h"
+#include "saturate.h"
 
 namespace hvstor::perf {
 namespace {
@@ -131,16 +132,17 @@ bool parse_settings(std::string_view text, Config& out, std::string& err) {
     return true;
 }
 
+// Rounded, and saturated: apply_time_scale takes any factor.
+Nanos scale_ns(Nanos ns, double f) { return detail::to_delay(std::round(double(ns) * f)); }
+
 void scale_caps(Caps& c, double f) {
     c.iops /= f;
     c.bytes_per_s /= f;
     c.burst_iops /= f;
     c.burst_bytes_per_s /= f;
-    c.burst_duration = Nanos(std::llround(double(c.burst_duration) * f));
-    c.window = Nanos(std::llround(double(c.window) * f));
+    c.burst_duration = scale_ns(c.burst_duration, f);
+    c.window = scale_ns(c.window, f);
 }
-
-Nanos scale_ns(Nanos ns, double f) { return Nanos(std::llround(double(ns) * f)); }
 
 std::string num(double v) {
     char buf[32];

@@ -3,17 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "saturate.h"
+
 namespace hvstor::perf::detail {
 namespace {
 
 // Floating-point accrual can leave a bucket a hair short of an amount it exactly reached.
 bool enough(double have, double need) { return have + 1e-9 * std::max(1.0, need) >= need; }
 
-Nanos time_for(double amount, double rate) {
-    const double ns = std::ceil(amount / rate * 1e9);
-    if (ns >= 9e18) return kNever / 2;
-    return std::max<Nanos>(1, Nanos(ns));
-}
+Nanos time_for(double amount, double rate) { return std::max<Nanos>(1, to_delay(std::ceil(amount / rate * 1e9))); }
 
 } // namespace
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "saturate.h"
+
 namespace hvstor::perf::detail {
 namespace {
 
@@ -181,11 +183,12 @@ void Scheduler::dispatch(Nanos now, Decisions& out) {
             continue;
         }
         if (wait == kNever) return;
-        if (t + wait > now) {
-            retry_at_ = t + wait;
+        const Nanos next = deadline_after(t, wait);
+        if (next > now) {
+            retry_at_ = next;  // kNever past the horizon: wait for the next arrival or completion
             return;
         }
-        t += wait;
+        t = next;
     }
 }
 
@@ -222,7 +225,7 @@ void Scheduler::issue(Entry* e, Nanos at, Decisions& out) {
     e->issued = at;
     in_service_++;
     const Nanos lat = shutdown_ ? 0 : lat_.sample(e->op, e->length, rng_);
-    e->due = at + lat;
+    e->due = deadline_after(at, lat);
     if (lat > 0) push_event(e->due, e, EventKind::Due);
     out.issue.push(e);
 }

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "saturate.h"
+
 namespace hvstor::perf::detail {
 
 StatsAccumulator::StatsAccumulator(Nanos now, Nanos interval)
-    : len_(interval), depth_since_(now), cur_start_(now), next_roll_((now / interval + 1) * interval) {}
+    : len_(interval), depth_since_(now), cur_start_(now), next_roll_(next_boundary(now, interval)) {}
 
 // Intervals are aligned to multiples of the interval on the clock (the first one starts at
 // creation) and closed lazily by the first event (or stats() call) after their end.
@@ -22,7 +24,7 @@ void StatsAccumulator::roll(Nanos now) {
     last_.queue_max = depth_;
     depth_since_ = end;
     cur_start_ = end;
-    next_roll_ = end + len_;
+    next_roll_ = deadline_after(end, len_);
 }
 
 // The interval [cur_start_, next_roll_) becomes the last one.
@@ -50,7 +52,7 @@ void StatsAccumulator::close_interval() {
     l.queue_max = cur_.queue_max;
     reset_interval();
     cur_start_ = next_roll_;
-    next_roll_ += len_;
+    next_roll_ = deadline_after(next_roll_, len_);
 }
 
 void StatsAccumulator::reset_interval() {
@@ -75,7 +77,7 @@ void StatsAccumulator::issued(Nanos waited) {
     cur_.throttle_sum += double(waited);
     cur_.throttle_max = std::max(cur_.throttle_max, waited);
     issued_++;
-    throttle_ += waited;
+    throttle_ = add_total(throttle_, waited);
     throttle_max_ = std::max(throttle_max_, waited);
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "hvstor/perf/model.h"
+#include "saturate.h"
 
 namespace hvstor::perf {
 namespace {
@@ -74,7 +75,7 @@ std::unique_ptr<TimelineWriter> TimelineWriter::open(Clock& clock, const std::st
 TimelineWriter::TimelineWriter(Clock& clock, std::FILE* f, Nanos interval)
     : clock_(clock), file_(f), interval_(interval), origin_(clock.now() / interval * interval) {
     timer_ = clock_.make_timer([this] { tick(); });
-    timer_->arm((clock_.now() / interval_ + 1) * interval_);
+    timer_->arm(detail::next_boundary(clock_.now(), interval_));
 }
 
 TimelineWriter::~TimelineWriter() {
@@ -110,7 +111,7 @@ void TimelineWriter::poll() {
 
 void TimelineWriter::tick() {
     poll();
-    timer_->arm((clock_.now() / interval_ + 1) * interval_);
+    timer_->arm(detail::next_boundary(clock_.now(), interval_));
 }
 
 std::string TimelineWriter::format(const std::string& name, const Stats& st, Nanos origin) {

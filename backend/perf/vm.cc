@@ -3,6 +3,7 @@
 
 #include "hvstor/perf/vm.h"
 #include "limiter.h"
+#include "saturate.h"
 
 namespace hvstor::perf {
 namespace {
@@ -19,8 +20,7 @@ public:
         Nanos t = std::max(now, iops_.time());
         iops_.refill(t);
         bytes_.refill(t);
-        const Nanos w = std::max(iops_.wait(units), bytes_.wait(bytes));
-        t += w;
+        t = detail::deadline_after(t, std::max(iops_.wait(units), bytes_.wait(bytes)));
         iops_.refill(t);
         bytes_.refill(t);
         iops_.take(units);
