@@ -1,7 +1,5 @@
 #include "keys.h"
 
-#include <algorithm>
-
 #include "../validate.h"
 #include "values.h"
 

@@ -76,4 +76,21 @@ void Limiter::take(double cost) {
     if (uses_peak()) peak_ -= cost;
 }
 
+Limiter caps_limiter(const Caps& c, double rate, double burst_rate, double unit, Nanos start) {
+    return Limiter(make_spec(rate, c.burst, burst_rate, c.burst_duration, c.burst_start, c.window, unit), start);
+}
+
+Credits credits_at(const Limiter& iops, const Limiter& bytes, Nanos now) {
+    Limiter i = iops, b = bytes;
+    i.refill(now);
+    b.refill(now);
+    Credits c;
+    c.enabled = i.credit_mode() || b.credit_mode();
+    c.iops = i.credits();
+    c.iops_capacity = i.credit_capacity();
+    c.bytes = b.credits();
+    c.bytes_capacity = b.credit_capacity();
+    return c;
+}
+
 } // namespace hvstor::perf::detail

@@ -14,10 +14,6 @@ Limiter plain(double rate, Nanos window, double unit, Nanos now) {
     return Limiter(make_spec(rate, BurstMode::Off, 0, 0, 0, window, unit), now);
 }
 
-Limiter bursting(const Caps& c, double rate, double burst_rate, double unit, Nanos now) {
-    return Limiter(make_spec(rate, c.burst, burst_rate, c.burst_duration, c.burst_start, c.window, unit), now);
-}
-
 } // namespace
 
 void Scheduler::Queue::push(Entry* e) {
@@ -40,8 +36,8 @@ Scheduler::Scheduler(const ModelConfig& cfg, VmLimits* vm, Nanos now)
       rng_(cfg.seed) {
     const Caps& c = cfg.caps;
     const double unit = double(cfg.io_unit);
-    iops_ = bursting(c, c.iops, c.burst_iops, 1, now);
-    bytes_ = bursting(c, c.bytes_per_s, c.burst_bytes_per_s, unit, now);
+    iops_ = caps_limiter(c, c.iops, c.burst_iops, 1, now);
+    bytes_ = caps_limiter(c, c.bytes_per_s, c.burst_bytes_per_s, unit, now);
     dir_iops_[0] = plain(cfg.read_iops, c.window, 1, now);
     dir_iops_[1] = plain(cfg.write_iops, c.window, 1, now);
     dir_bytes_[0] = plain(cfg.read_bytes_per_s, c.window, unit, now);
@@ -287,18 +283,6 @@ Nanos Scheduler::next_event() const {
     return next;
 }
 
-Credits Scheduler::credits(Nanos now) const {
-    // Copies: the buckets themselves only move with admissions, in model time.
-    Limiter iops = iops_, bytes = bytes_;
-    iops.refill(now);
-    bytes.refill(now);
-    Credits c;
-    c.enabled = iops.credit_mode() || bytes.credit_mode();
-    c.iops = iops.credits();
-    c.iops_capacity = iops.credit_capacity();
-    c.bytes = bytes.credits();
-    c.bytes_capacity = bytes.credit_capacity();
-    return c;
-}
+Credits Scheduler::credits(Nanos now) const { return credits_at(iops_, bytes_, now); }
 
 } // namespace hvstor::perf::detail
