@@ -1,5 +1,6 @@
 // A short list gathered under the model's lock and acted on after it. Most batches fit
-// inline, so the common path allocates nothing.
+// inline, so the common path allocates nothing, and the inline part is left uninitialized:
+// several batches are made per IO.
 #pragma once
 
 #include <array>
@@ -13,13 +14,8 @@ template <class T>
 class Batch {
 public:
     void push(T v) {
-        if (n_ < inline_.size()) {
-            inline_[n_++] = v;
-            return;
-        }
-        if (more_.empty()) more_.assign(inline_.begin(), inline_.end());
-        more_.push_back(v);
-        n_++;
+        if (n_ < inline_.size()) inline_[n_++] = v;
+        else spill(v);
     }
     bool empty() const { return n_ == 0; }
     size_t size() const { return n_; }
@@ -29,7 +25,13 @@ public:
     }
 
 private:
-    std::array<T, 32> inline_{};
+    void spill(T v) {
+        if (more_.empty()) more_.assign(inline_.begin(), inline_.end());
+        more_.push_back(v);
+        n_++;
+    }
+
+    std::array<T, 32> inline_;
     std::vector<T> more_;
     size_t n_ = 0;
 };
