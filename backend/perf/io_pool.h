@@ -22,10 +22,21 @@ class IoPool {
 public:
     // A record whose entry's generation (Entry::gen) is kept from its last use, so events
     // still pointing at it stay stale; everything else is the caller's to set.
-    Io* get();
-    void put(Io* io);
+    Io* get() {
+        if (!free_) grow();
+        Io* io = free_;
+        free_ = io->free_next;
+        io->free_next = nullptr;
+        return io;
+    }
+    void put(Io* io) {
+        io->free_next = free_;
+        free_ = io;
+    }
 
 private:
+    void grow();
+
     std::vector<std::unique_ptr<Io[]>> chunks_;
     Io* free_ = nullptr;
 };

@@ -64,23 +64,6 @@ void StatsAccumulator::reset_interval() {
     cur_.latency.clear();
 }
 
-void StatsAccumulator::queue_depth(Nanos now, uint32_t depth) {
-    if (depth == depth_) return;
-    cur_.queue_area += double(depth_) * double(now - depth_since_);
-    depth_since_ = now;
-    depth_ = depth;
-    cur_.queue_max = std::max(cur_.queue_max, depth);
-}
-
-void StatsAccumulator::issued(Nanos waited) {
-    cur_.issued++;
-    cur_.throttle_sum += double(waited);
-    cur_.throttle_max = std::max(cur_.throttle_max, waited);
-    issued_++;
-    throttle_ = add_total(throttle_, waited);
-    throttle_max_ = std::max(throttle_max_, waited);
-}
-
 void StatsAccumulator::completed(backend::Op op, uint64_t length, Nanos latency, bool error) {
     latency_.add(latency);
     cur_.latency.add(latency);

@@ -3,12 +3,14 @@
 // lock of its own.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "hvstor/backend/backend.h"
 #include "hvstor/perf/clock.h"
 #include "hvstor/perf/histogram.h"
 #include "hvstor/perf/stats.h"
+#include "saturate.h"
 
 namespace hvstor::perf::detail {
 
@@ -20,11 +22,24 @@ public:
     // Closes the intervals that ended by `now`: call it before anything else at `now`.
     void roll(Nanos now);
     // The host queue holds `depth` IOs from `now` on, for its time-weighted average.
-    void queue_depth(Nanos now, uint32_t depth);
+    void queue_depth(Nanos now, uint32_t depth) {
+        if (depth == depth_) return;
+        cur_.queue_area += double(depth_) * double(now - depth_since_);
+        depth_since_ = now;
+        depth_ = depth;
+        cur_.queue_max = std::max(cur_.queue_max, depth);
+    }
     // Refused before reaching the queue: an error, and nothing else.
     void rejected() { rejected_++; }
     // Left the host after waiting `waited`; counts in the interval in progress.
-    void issued(Nanos waited);
+    void issued(Nanos waited) {
+        cur_.issued++;
+        cur_.throttle_sum += double(waited);
+        cur_.throttle_max = std::max(cur_.throttle_max, waited);
+        issued_++;
+        throttle_ = add_total(throttle_, waited);
+        throttle_max_ = std::max(throttle_max_, waited);
+    }
     void completed(backend::Op op, uint64_t length, Nanos latency, bool error);
 
     // The totals and the last interval; the rest of `s` is the caller's.
