@@ -1,8 +1,8 @@
 // Admission for one modelled disk: the host queues, the caps (the disk's, each direction's,
 // the VM's), the outstanding limit, the service latency, and the heap of the times at which
 // IOs leave the VM's caps and fall due. Plain values in, decisions out: no threads, clock,
-// backend or lock. The caller serializes the calls and says what time it is; times must not
-// go backwards.
+// Backend or lock of its own. The caller serializes the calls and says what time it is;
+// times must not go backwards.
 #pragma once
 
 #include <cstdint>
