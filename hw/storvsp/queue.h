@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "hvstor/guest_log.h"
 #include "hvstor/storvsp/controller.h"
 #include "hvstor/vmbus/channel.h"
 
@@ -66,6 +67,9 @@ private:
     void execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                      const VstorPacket& p, uint32_t len);
     bool map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes);
+    // The SRB's data buffer as iovecs in ctx.cmd; false (logged) when the guest's ranges
+    // are unusable.
+    bool map_data(IoContext& ctx, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt, uint32_t bytes);
     void unmap(IoContext& ctx);
     bool reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
     bool send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx);
@@ -81,7 +85,8 @@ private:
     std::unique_ptr<vmbus::ChannelRuntime> runtime_;
     std::atomic<bool> enumerate_{false};
 
-    // Worker thread only.
+    // Worker thread only (its prefix is set in on_open, before the worker starts).
+    GuestErrorLog log_;
     InitState state_ = InitState::Start;
     std::vector<IoContext> pool_;
     std::vector<IoContext*> free_;

@@ -28,6 +28,8 @@ struct ControllerConfig {
     // not read (the guest sees a full ring and requeues), never dropped.
     uint32_t max_outstanding_per_channel = 256;
     uint16_t max_protocol_version = kVersionWin10;
+    // How guest-error lines name the controller ("hv-storvsc scsi0").
+    std::string name = "storvsp";
 };
 
 // Each queue preallocates its request pool (outstanding x the largest transfer's page list),
