@@ -47,6 +47,7 @@ public:
     Synic(Host& host, uint32_t nr_vps);
 
     uint32_t nr_vps() const { return static_cast<uint32_t>(vps_.size()); }
+    Host& host() const { return host_; }
 
     // SCONTROL, SVERSION, SIEFP, SIMP, EOM and SINT0-15. NotOurs for other MSRs.
     MsrResult rdmsr(uint32_t vp, uint32_t msr, uint64_t& val);
