@@ -114,6 +114,11 @@ bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
         [](const char*) { return false; });
 }
 
+char* hvstor_vmbus_versions(void) {
+    return guarded([] { return hvstor::capi::dup_message(hvstor::capi::known_versions().c_str()); },
+                   [](const char*) -> char* { return nullptr; });
+}
+
 HvstorVmbus* hvstor_vmbus_new(const HvstorHostOps* ops, uint32_t nr_vps, uint16_t port, uint32_t max_version,
                               char** err) {
     return guarded(

@@ -12,8 +12,7 @@ hv::PartitionConfig partition_config(const MachineConfig& cfg) {
     if (cfg.nr_vps == 0 || cfg.nr_vps > 4096) throw ConfigError("vCPU count must be 1..4096");
     const auto& known = vmbus::version::kAll;
     if (std::find(std::begin(known), std::end(known), cfg.max_version) == std::end(known))
-        throw ConfigError("VMBus version " + std::to_string(cfg.max_version >> 16) + "." +
-                          std::to_string(cfg.max_version & 0xFFFF) + " is not one this server speaks");
+        throw ConfigError("VMBus version " + version_text(cfg.max_version) + " is not one this server speaks");
     return hv::PartitionConfig{cfg.nr_vps, cfg.hypercall_port};
 }
 
@@ -29,6 +28,19 @@ const storvsp::ControllerConfig& checked(const storvsp::ControllerConfig& cfg) {
 }
 
 } // namespace
+
+std::string version_text(uint32_t version) {
+    return std::to_string(version >> 16) + "." + std::to_string(version & 0xFFFF);
+}
+
+std::string known_versions() {
+    std::string s;
+    for (uint32_t v : vmbus::version::kAll) {
+        if (!s.empty()) s += ' ';
+        s += version_text(v);
+    }
+    return s;
+}
 
 void check_controller_config(const storvsp::ControllerConfig& cfg) {
     if (cfg.max_transfer_bytes < 4096 || cfg.max_transfer_bytes > 8 * 1024 * 1024 || cfg.max_transfer_bytes % 4096)

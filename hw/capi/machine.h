@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +23,11 @@
 #include "hvstor/vmbus/server.h"
 
 namespace hvstor::capi {
+
+// "5.3" for vmbus::version::kV5_3.
+std::string version_text(uint32_t version);
+// The versions the server speaks, newest first: "5.3 5.2 5.1 5.0 4.1 4.0 3.0 2.4".
+std::string known_versions();
 
 struct MachineConfig {
     uint32_t nr_vps = 1;          // 1..4096

@@ -107,8 +107,11 @@ static bool hv_vmbus_bridge_check(HvVmbusBridge *s, MachineState *ms,
         return false;
     }
     if (!hvstor_parse_vmbus_version(s->vmbus_version, version)) {
-        error_setg(errp, "hv-vmbus-bridge: vmbus-version '%s' is not one of "
-                   "5.3 5.2 5.1 5.0 4.1 4.0 3.0 2.4", s->vmbus_version);
+        char *known = hvstor_vmbus_versions();
+
+        error_setg(errp, "hv-vmbus-bridge: vmbus-version '%s' is not one of %s",
+                   s->vmbus_version ? s->vmbus_version : "", known ? known : "(out of memory)");
+        free(known);
         return false;
     }
     if (s->hypercall_port == 0 || s->hypercall_port > 0xFFFC) {

@@ -153,6 +153,29 @@ TEST(CAbi, ParsesVmbusVersions) {
     EXPECT_FALSE(hvstor_parse_vmbus_version(nullptr, &v));
 }
 
+// The glue names the versions in its error message from this list, not from a copy.
+TEST(CAbi, VersionListIsTheServersAndParsesBack) {
+    char* list = hvstor_vmbus_versions();
+    ASSERT_NE(list, nullptr);
+    const std::string text = list;
+    std::free(list);
+    EXPECT_EQ(text, "5.3 5.2 5.1 5.0 4.1 4.0 3.0 2.4");
+    // Each word is one of kAll, in kAll's order (newest first), and parses back to it.
+    size_t i = 0, at = 0;
+    while (at <= text.size()) {
+        size_t end = text.find(' ', at);
+        if (end == std::string::npos) end = text.size();
+        const std::string word = text.substr(at, end - at);
+        uint32_t v = 0;
+        ASSERT_LT(i, std::size(hvstor::vmbus::version::kAll)) << word;
+        EXPECT_TRUE(hvstor_parse_vmbus_version(word.c_str(), &v)) << word;
+        EXPECT_EQ(v, hvstor::vmbus::version::kAll[i]) << word;
+        i++;
+        at = end + 1;
+    }
+    EXPECT_EQ(i, std::size(hvstor::vmbus::version::kAll));
+}
+
 TEST(CAbi, VmbusSettingsAreChecked) {
     TestHost host;
     HvstorHostOps ops = host.ops();

@@ -45,6 +45,11 @@ typedef struct HvstorVmbus HvstorVmbus;
 
 /* Parses "5.3" style VMBus versions; false for versions this server does not speak. */
 bool hvstor_parse_vmbus_version(const char *text, uint32_t *version);
+/*
+ * The versions this server speaks, newest first, as hvstor_parse_vmbus_version reads
+ * them: "5.3 5.2 ... 2.4" (malloc'd; free() it). NULL when out of memory.
+ */
+char *hvstor_vmbus_versions(void);
 
 /* NULL on failure, with a message in *err (free() it). */
 HvstorVmbus *hvstor_vmbus_new(const HvstorHostOps *ops, uint32_t nr_vps,
