@@ -274,7 +274,54 @@ TEST_F(CAbiTest, ModelledDiskStatsComeFromTheModel) {
     EXPECT_NE(s.find(R"("iops":)"), std::string::npos) << s;
 }
 
-// No free function per controller or disk: the VMBus owns them (LeakSanitizer checks).
+// Hot removal: the LUN is free again, and a disk cannot be freed twice or through another
+// controller; every refusal comes back as a message.
+TEST_F(CAbiTest, DiskFreeDetachesTheLunAndRefusesBadHandles) {
+    HvstorController* c = controller();
+    uint8_t other_instance[16];
+    std::memcpy(other_instance, kInstance, 16);
+    other_instance[15] = 1;
+    char* err = nullptr;
+    HvstorController* other = hvstor_controller_new(vb, other_instance, &kController, &err);
+    ASSERT_NE(other, nullptr) << take(err);
+    HvstorDiskConfig d = ram(0);
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+
+    EXPECT_FALSE(hvstor_disk_free(other, disk, &err));
+    EXPECT_EQ(take(err), "the disk is not on this controller (removed already?)");
+    EXPECT_FALSE(hvstor_disk_free(nullptr, disk, &err));
+    EXPECT_EQ(take(err), "no controller");
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr) << "still attached after the refusals";
+    EXPECT_EQ(take(err), "lun 0 is already in use");
+
+    EXPECT_TRUE(hvstor_disk_free(c, disk, &err));
+    EXPECT_EQ(err, nullptr);
+    EXPECT_FALSE(hvstor_disk_free(c, disk, &err));
+    EXPECT_EQ(take(err), "the disk is not on this controller (removed already?)");
+    EXPECT_TRUE(hvstor_disk_free(c, nullptr, &err));
+
+    HvstorDisk* again = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(again, nullptr) << take(err);
+    char* json = hvstor_disk_stats_json(again);
+    ASSERT_NE(json, nullptr);
+    std::free(json);
+    EXPECT_TRUE(hvstor_disk_free(c, again, nullptr));
+    EXPECT_EQ(hvstor_disk_stats_json(nullptr), nullptr);
+}
+
+// A modelled disk's model goes with it too (LeakSanitizer checks).
+TEST_F(CAbiTest, ModelledDiskCanBeFreed) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(3, "m");
+    d.perf = "profile=premium-p10";
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    EXPECT_TRUE(hvstor_disk_free(c, disk, &err)) << take(err);
+}
+
+// Without hvstor_disk_free the VMBus frees its controllers and disks (LeakSanitizer checks).
 TEST(CAbi, FreeingTheVmbusFreesItsControllersAndDisks) {
     TestHost host;
     HvstorHostOps ops = host.ops();
