@@ -6,7 +6,9 @@
 // with direct I/O, and a guest buffer is never refused for its alignment). One reaper thread
 // waits on an eventfd that every AIO completion signals and completes requests in batches.
 // Requests beyond the AIO context's depth wait in a queue that the reaper feeds as slots
-// free up, so submit() never blocks on a full context. FUA writes carry RWF_DSYNC.
+// free up, so submit() does not wait for a slot of ours. It can still sleep: when io_submit
+// itself answers EAGAIN (the kernel's AIO limits), it retries after 50 us to 1 ms, a bounded
+// number of times, before handing the request to a worker. FUA writes carry RWF_DSYNC.
 //
 // Slow path: a small pool of worker threads runs what AIO cannot do well, synchronously:
 // flush (fdatasync: IOCB_CMD_FDSYNC is not supported by many file systems), discard and

@@ -35,10 +35,6 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-usage() {
-  awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
 
 QEMU=''
 KERNEL_SPEC=debian-6.12

@@ -44,10 +44,6 @@ WANTED_MODULES=(
 )
 REQUIRED_MODULES=(hv_vmbus hv_storvsc)
 
-usage() {
-  awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
 
 # --- argument parsing --------------------------------------------------------------------
 [ $# -ge 1 ] || usage

@@ -32,6 +32,12 @@ run_logged() {
   log "$what done in $((SECONDS - start))s"
 }
 
+# Prints the calling script's header comment (its usage text) and exits 2.
+usage() {
+  awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
 need_root() {
   [ "$(id -u)" = 0 ] || die "this step installs Debian packages and needs root (or run it with sudo)"
 }

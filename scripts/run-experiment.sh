@@ -21,10 +21,6 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-usage() {
-  awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
 
 SPEC='' OPT_REPS='' OPT_RUNTIME='' OPT_VARIANTS='' OUT='' DRY=0
 while [ $# -gt 0 ]; do
@@ -478,16 +474,6 @@ if [ -n "${QEMU:-}" ]; then
   [ -x "$QEMU" ] || die "QEMU=$QEMU is not an executable"
 else
   QEMU=$(bash "$HVSTOR_ROOT/scripts/build-qemu.sh" | tail -n 1) || die "building QEMU failed"
-fi
-# Without the performance model QEMU would refuse the property at startup anyway; say why
-# before the first boot.
-if [ "$PERF_USED" = 1 ]; then
-  "$QEMU" -device hv-disk,help 2>/dev/null | grep -qE '^[[:space:]]*perf=' ||
-    die "$SPEC sets a perf string, but this QEMU's hv-disk has no 'perf' property (the performance model is not built in); comment out the perf lines to run without it"
-fi
-if [ "$VMPERF_USED" = 1 ]; then
-  "$QEMU" -device hv-vmbus-bridge,help 2>/dev/null | grep -qE '^[[:space:]]*vm-perf=' ||
-    die "$SPEC sets vm-perf, but this QEMU's hv-vmbus-bridge has no 'vm-perf' property (the performance model is not built in); comment out the vm-perf lines to run without it"
 fi
 
 mkdir -p "$OUT/runs"

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "hvstor/host.h"
@@ -54,6 +55,18 @@ public:
         irqs.push_back({vp, vector});
     }
 
+    void guest_error(const char* line) override {
+        std::lock_guard lock(mu_);
+        guest_errors.push_back(line);
+    }
+    // Whether a guest-error line containing `text` was reported.
+    bool logged(const std::string& text) {
+        std::lock_guard lock(mu_);
+        for (auto& l : guest_errors)
+            if (l.find(text) != std::string::npos) return true;
+        return false;
+    }
+
     uint8_t* ram(uint64_t gpa) { return ram_.data() + gpa; }
     template <typename T> T load(uint64_t gpa) {
         T v;
@@ -63,6 +76,7 @@ public:
     template <typename T> void store(uint64_t gpa, const T& v) { std::memcpy(ram_.data() + gpa, &v, sizeof v); }
 
     std::vector<Irq> irqs;
+    std::vector<std::string> guest_errors;
     std::atomic<uint64_t> maps{0}, unmaps{0};
 
 private:

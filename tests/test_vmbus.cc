@@ -327,6 +327,8 @@ TEST_F(VmbusTest, OpenCloseSignalWithDevice) {
     o.downstream_ringbuffer_pageoffset = 66; // past the end
     g.post(0, 1, o);
     EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    EXPECT_TRUE(host.logged("vmbus: OPENCHANNEL child_relid 1 gpadl 5 downstream_ringbuffer_pageoffset 66 "
+                            "target_vp 0: the ring split lies outside the gpadl"));
     o.downstream_ringbuffer_pageoffset = 33;
     o.ringbuffer_gpadlhandle = 6; // unknown gpadl
     g.post(0, 1, o);
@@ -459,4 +461,23 @@ TEST_F(VmbusTest, OpenIsRefusedWhileTheCloseIsInProgress) {
     g.post(0, 1, open_request());
     EXPECT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
     EXPECT_EQ(dev.opens, 2);
+}
+
+// An OPENCHANNEL for a relid this connection was never offered (the guest skipped
+// REQUESTOFFERS and guessed it) is refused.
+TEST_F(VmbusTest, OpenOfARelidNotOfferedOnThisConnectionIsRefused) {
+    // (The refusal is named in the guest-error log.)
+    FakeChannel dev;
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    a.handler = &dev;
+    server.offer(a);
+    ASSERT_EQ(negotiate(version::kV5_3).version_supported, 1);
+    send_gpadl(1, 5, 66);
+    g.take(0);
+    g.post(0, 1, open_request());
+    EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    EXPECT_EQ(dev.opens, 0);
+    EXPECT_TRUE(host.logged("OPENCHANNEL child_relid 1 gpadl 5 downstream_ringbuffer_pageoffset 33 target_vp 0: "
+                            "not offered on this connection"));
 }

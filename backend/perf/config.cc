@@ -1,12 +1,15 @@
-// The property-string parser. Every message names the key and the offending value, since the
-// user sees it at QEMU startup with nothing else to go on.
-#include <algorithm>
-#include <charconv>
+// The property strings of disks and VMs (their keys: keys.cc), the time scale, and the short
+// descriptions. Every message names the key and the offending value, since the user sees it at
+// QEMU startup with nothing else to go on.
 #include <cmath>
 #include <cstdio>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "hvstor/perf/config.h"
+#include "keys.h"
+#include "saturate.h"
 
 namespace hvstor::perf {
 namespace {
@@ -46,112 +49,6 @@ bool split(std::string_view text, std::vector<Pair>& out, std::string& err) {
     return flush();
 }
 
-bool parse_double(std::string_view s, double& out) {
-    if (s.empty()) return false;
-    const char* end = s.data() + s.size();
-    auto [p, ec] = std::from_chars(s.data(), end, out);
-    return ec == std::errc() && p == end && std::isfinite(out);
-}
-
-bool parse_u64(std::string_view s, uint64_t& out) {
-    if (s.empty()) return false;
-    const char* end = s.data() + s.size();
-    auto [p, ec] = std::from_chars(s.data(), end, out);
-    return ec == std::errc() && p == end;
-}
-
-// "1.8ms", "500us", "30min"; a bare "0" is zero.
-bool parse_duration(std::string_view s, Nanos& out) {
-    static constexpr std::pair<const char*, double> kUnits[] = {
-        {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"min", 60e9}, {"s", 1e9}, {"h", 3600e9}};
-    if (s == "0") {
-        out = 0;
-        return true;
-    }
-    for (const auto& [unit, scale] : kUnits) {
-        const std::string_view u(unit);
-        if (s.size() > u.size() && s.substr(s.size() - u.size()) == u) {
-            double v;
-            if (!parse_double(s.substr(0, s.size() - u.size()), v) || v < 0) return false;
-            const double ns = v * scale;
-            if (ns > 9e18) return false;
-            out = Nanos(std::llround(ns));
-            return true;
-        }
-    }
-    return false;
-}
-
-// "256K", "1M", "4096", "64KiB": binary multiples.
-bool parse_size(std::string_view s, uint64_t& out) {
-    uint64_t mult = 1;
-    auto strip = [&](std::string_view suffix) {
-        if (s.size() > suffix.size() && s.substr(s.size() - suffix.size()) == suffix) {
-            s.remove_suffix(suffix.size());
-            return true;
-        }
-        return false;
-    };
-    if (strip("KiB") || strip("K") || strip("k")) mult = 1024;
-    else if (strip("MiB") || strip("M")) mult = 1024 * 1024;
-    else if (strip("GiB") || strip("G")) mult = 1024 * 1024 * 1024;
-    uint64_t v;
-    if (!parse_u64(s, v) || v == 0 || v > UINT64_MAX / mult) return false;
-    out = v * mult;
-    return true;
-}
-
-bool parse_distribution(std::string_view s, Distribution& d, std::string& why) {
-    std::vector<std::string_view> parts;
-    size_t start = 0;
-    for (size_t i = 0; i <= s.size(); i++) {
-        if (i == s.size() || s[i] == ':') {
-            parts.push_back(s.substr(start, i - start));
-            start = i + 1;
-        }
-    }
-    const char* usage = "expected DURATION, fixed:DURATION, uniform:MIN:MAX or lognormal:P50:P99";
-    Nanos a = 0, b = 0;
-    if (parts.size() == 1 || (parts.size() == 2 && parts[0] == "fixed")) {
-        if (!parse_duration(parts.back(), a)) {
-            why = usage;
-            return false;
-        }
-        d = {DistKind::Fixed, a, a};
-        return true;
-    }
-    if (parts.size() != 3 || !parse_duration(parts[1], a) || !parse_duration(parts[2], b)) {
-        why = usage;
-        return false;
-    }
-    if (parts[0] == "uniform") {
-        if (b < a) {
-            why = "the maximum is below the minimum";
-            return false;
-        }
-        d = {DistKind::Uniform, a, b};
-        return true;
-    }
-    if (parts[0] == "lognormal") {
-        if (a <= 0 || b < a) {
-            why = "needs 0 < p50 <= p99";
-            return false;
-        }
-        d = {DistKind::LogNormal, a, b};
-        return true;
-    }
-    why = usage;
-    return false;
-}
-
-bool parse_burst_mode(std::string_view s, BurstMode& m) {
-    if (s == "off") m = BurstMode::Off;
-    else if (s == "credit") m = BurstMode::Credit;
-    else if (s == "on-demand") m = BurstMode::OnDemand;
-    else return false;
-    return true;
-}
-
 std::string join(const std::vector<std::string>& v) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -160,63 +57,6 @@ std::string join(const std::vector<std::string>& v) {
 
 std::string bad(const Pair& p, const std::string& why) {
     return "perf: " + p.key + "=" + p.value + ": " + why;
-}
-
-// Keys shared by disks and VMs. Returns 1 when handled, 0 when the key is not one of these,
-// -1 on error.
-int apply_caps_key(const Pair& p, Caps& c, std::string& err) {
-    const std::string& k = p.key;
-    const std::string& v = p.value;
-    double d;
-    Nanos ns;
-    auto rate = [&](double& dst, double scale) {
-        if (!parse_double(v, d) || d < 0) {
-            err = bad(p, "expected a number >= 0 (0: no cap)");
-            return -1;
-        }
-        dst = d * scale;
-        return 1;
-    };
-    if (k == "iops") return rate(c.iops, 1);
-    if (k == "mbps") return rate(c.bytes_per_s, kMB);
-    if (k == "bps") return rate(c.bytes_per_s, 1);
-    if (k == "burst.iops") return rate(c.burst_iops, 1);
-    if (k == "burst.mbps") return rate(c.burst_bytes_per_s, kMB);
-    if (k == "burst.bps") return rate(c.burst_bytes_per_s, 1);
-    if (k == "burst") {
-        if (!parse_burst_mode(v, c.burst)) {
-            err = bad(p, "expected off, credit or on-demand");
-            return -1;
-        }
-        return 1;
-    }
-    if (k == "burst.duration") {
-        if (!parse_duration(v, ns) || ns <= 0) {
-            err = bad(p, "expected a positive duration such as 30min");
-            return -1;
-        }
-        c.burst_duration = ns;
-        return 1;
-    }
-    if (k == "burst.start") {
-        if (v == "full") c.burst_start = 1;
-        else if (v == "empty") c.burst_start = 0;
-        else if (parse_double(v, d) && d >= 0 && d <= 1) c.burst_start = d;
-        else {
-            err = bad(p, "expected full, empty or a fraction from 0 to 1");
-            return -1;
-        }
-        return 1;
-    }
-    if (k == "window") {
-        if (!parse_duration(v, ns)) {
-            err = bad(p, "expected a duration such as 1ms");
-            return -1;
-        }
-        c.window = ns;
-        return 1;
-    }
-    return 0;
 }
 
 bool check_caps(const Caps& c, std::string& err) {
@@ -237,28 +77,72 @@ bool check_caps(const Caps& c, std::string& err) {
     return true;
 }
 
-bool take_time_scale(std::vector<Pair>& pairs, double& scale, std::string& err) {
-    scale = 1;
-    for (const auto& p : pairs) {
-        if (p.key != "time-scale") continue;
-        if (!parse_double(p.value, scale) || scale <= 0) {
-            err = bad(p, "expected a number > 0");
+bool load_profile(std::string_view name, ModelConfig& c) { return model_profile(name, c); }
+bool load_profile(std::string_view name, VmConfig& c) { return vm_profile(name, c); }
+std::vector<std::string> profile_names(const ModelConfig&) { return model_profile_names(); }
+std::vector<std::string> profile_names(const VmConfig&) { return vm_profile_names(); }
+ModelConfig* disk_part(ModelConfig& c) { return &c; }
+ModelConfig* disk_part(VmConfig&) { return nullptr; }
+
+bool value_of(const detail::Key& k, const Pair& p, detail::Value& v, std::string& err) {
+    std::string why;
+    if (detail::parse_value(k, p.value, v, why)) return true;
+    err = bad(p, why);
+    return false;
+}
+
+// Disks and VMs alike: the profile first wherever it appears, then every other key in order,
+// then the time scale.
+template <class Config>
+bool parse_settings(std::string_view text, Config& out, std::string& err) {
+    constexpr bool vm = std::is_same_v<Config, VmConfig>;
+    const std::string what = vm ? "VM " : "";
+    std::vector<Pair> pairs;
+    if (!split(text, pairs, err)) {
+        err = "perf: " + err;
+        return false;
+    }
+    Config c;
+    for (const Pair& p : pairs) {
+        if (p.key == "profile" && !load_profile(p.value, c)) {
+            err = bad(p, "unknown " + what + "profile (known: " + join(profile_names(c)) + ")");
             return false;
         }
     }
+    detail::Value scale;
+    scale.num = 1;
+    for (const Pair& p : pairs) {
+        if (p.key == "time-scale" && !value_of(*detail::find_key(p.key, vm), p, scale, err)) return false;
+    }
+    detail::Target target{c.caps, disk_part(c)};
+    for (const Pair& p : pairs) {
+        const detail::Key* k = detail::find_key(p.key, vm);
+        if (!k) {
+            err = "perf: unknown " + what + "key '" + p.key + "' (known: " + detail::key_names(vm) + ")";
+            return false;
+        }
+        if (!k->apply) continue;  // the profile and the time scale, applied apart
+        detail::Value v;
+        if (!value_of(*k, p, v, err)) return false;
+        k->apply(target, v);
+    }
+    if (!check_caps(c.caps, err)) return false;
+    apply_time_scale(c, scale.num);
+    out = std::move(c);
     return true;
 }
+
+// Rounded, and saturated: apply_time_scale takes any factor.
+Nanos scale_ns(Nanos ns, double f) { return detail::to_delay(std::round(double(ns) * f)); }
 
 void scale_caps(Caps& c, double f) {
     c.iops /= f;
     c.bytes_per_s /= f;
     c.burst_iops /= f;
     c.burst_bytes_per_s /= f;
-    c.burst_duration = Nanos(std::llround(double(c.burst_duration) * f));
-    c.window = Nanos(std::llround(double(c.window) * f));
+    c.burst_duration = scale_ns(c.burst_duration, f);
+    c.window = scale_ns(c.window, f);
 }
-
-Nanos scale_ns(Nanos ns, double f) { return Nanos(std::llround(double(ns) * f)); }
 
 std::string num(double v) {
     char buf[32];
@@ -289,15 +173,6 @@ std::string dist_text(const Distribution& d) {
     return "?";
 }
 
-const char* kModelKeys =
-    "profile, name, iops, mbps, bps, burst, burst.iops, burst.mbps, burst.bps, burst.duration, burst.start, "
-    "window, io-unit, read.iops, read.mbps, write.iops, write.mbps, latency, latency.read, latency.write, "
-    "latency.flush, latency.per-kib, spike.prob, spike.latency, queue, max-outstanding, seed, "
-    "stats.interval, timeline, timer.min-period, time-scale";
-const char* kVmKeys =
-    "profile, iops, mbps, bps, burst, burst.iops, burst.mbps, burst.bps, burst.duration, burst.start, window, "
-    "time-scale";
-
 } // namespace
 
 std::string format_duration(Nanos ns) {
@@ -311,154 +186,11 @@ std::string format_duration(Nanos ns) {
 }
 
 bool parse_model_config(std::string_view text, ModelConfig& out, std::string& err) {
-    std::vector<Pair> pairs;
-    if (!split(text, pairs, err)) {
-        err = "perf: " + err;
-        return false;
-    }
-    ModelConfig c;
-    for (const auto& p : pairs) {
-        if (p.key == "profile" && !model_profile(p.value, c)) {
-            err = bad(p, "unknown profile (known: " + join(model_profile_names()) + ")");
-            return false;
-        }
-    }
-    double scale;
-    if (!take_time_scale(pairs, scale, err)) return false;
-
-    for (const auto& p : pairs) {
-        const std::string& k = p.key;
-        const std::string& v = p.value;
-        if (k == "profile" || k == "time-scale") continue;
-        const int r = apply_caps_key(p, c.caps, err);
-        if (r < 0) return false;
-        if (r > 0) continue;
-        double d;
-        uint64_t u;
-        Nanos ns;
-        std::string why;
-        auto rate = [&](double& dst, double mult) {
-            if (!parse_double(v, d) || d < 0) {
-                err = bad(p, "expected a number >= 0 (0: no cap)");
-                return false;
-            }
-            dst = d * mult;
-            return true;
-        };
-        if (k == "name") c.name = v;
-        else if (k == "timeline") c.timeline = v;
-        else if (k == "io-unit") {
-            if (!parse_size(v, u) || u < 512) {
-                err = bad(p, "expected a size of at least 512 such as 256K");
-                return false;
-            }
-            c.io_unit = u;
-        } else if (k == "read.iops") {
-            if (!rate(c.read_iops, 1)) return false;
-        } else if (k == "read.mbps") {
-            if (!rate(c.read_bytes_per_s, kMB)) return false;
-        } else if (k == "write.iops") {
-            if (!rate(c.write_iops, 1)) return false;
-        } else if (k == "write.mbps") {
-            if (!rate(c.write_bytes_per_s, kMB)) return false;
-        } else if (k == "latency" || k == "latency.read" || k == "latency.write" || k == "latency.flush") {
-            Distribution dist;
-            if (!parse_distribution(v, dist, why)) {
-                err = bad(p, why);
-                return false;
-            }
-            if (k == "latency" || k == "latency.read") c.read_latency = dist;
-            if (k == "latency" || k == "latency.write") c.write_latency = dist;
-            if (k == "latency" || k == "latency.flush") c.flush_latency = dist;
-        } else if (k == "latency.per-kib") {
-            if (!parse_duration(v, ns)) {
-                err = bad(p, "expected a duration per KiB such as 2us");
-                return false;
-            }
-            c.ns_per_kib = double(ns);
-        } else if (k == "spike.prob") {
-            if (!parse_double(v, d) || d < 0 || d > 1) {
-                err = bad(p, "expected a probability from 0 to 1");
-                return false;
-            }
-            c.spike_prob = d;
-        } else if (k == "spike.latency") {
-            if (!parse_duration(v, ns)) {
-                err = bad(p, "expected a duration such as 50ms");
-                return false;
-            }
-            c.spike_latency = ns;
-        } else if (k == "queue") {
-            if (v == "fifo") c.queue = Discipline::Fifo;
-            else if (v == "per-direction") c.queue = Discipline::PerDirection;
-            else if (v == "round-robin") c.queue = Discipline::RoundRobin;
-            else {
-                err = bad(p, "expected fifo, per-direction or round-robin");
-                return false;
-            }
-        } else if (k == "max-outstanding") {
-            if (!parse_u64(v, u) || u > UINT32_MAX) {
-                err = bad(p, "expected a whole number (0: no limit)");
-                return false;
-            }
-            c.max_outstanding = uint32_t(u);
-        } else if (k == "seed") {
-            if (!parse_u64(v, u)) {
-                err = bad(p, "expected a whole number");
-                return false;
-            }
-            c.seed = u;
-        } else if (k == "timer.min-period") {
-            if (!parse_duration(v, ns) || ns > kSec) {
-                err = bad(p, "expected a duration up to 1s such as 50us");
-                return false;
-            }
-            c.timer_min_period = ns;
-        } else if (k == "stats.interval") {
-            if (!parse_duration(v, ns) || ns < kMs) {
-                err = bad(p, "expected a duration of at least 1ms");
-                return false;
-            }
-            c.stats_interval = ns;
-        } else {
-            err = "perf: unknown key '" + k + "' (known: " + kModelKeys + ")";
-            return false;
-        }
-    }
-    if (!check_caps(c.caps, err)) return false;
-    apply_time_scale(c, scale);
-    out = std::move(c);
-    return true;
+    return parse_settings(text, out, err);
 }
 
 bool parse_vm_config(std::string_view text, VmConfig& out, std::string& err) {
-    std::vector<Pair> pairs;
-    if (!split(text, pairs, err)) {
-        err = "perf: " + err;
-        return false;
-    }
-    VmConfig c;
-    for (const auto& p : pairs) {
-        if (p.key == "profile" && !vm_profile(p.value, c)) {
-            err = bad(p, "unknown VM profile (known: " + join(vm_profile_names()) + ")");
-            return false;
-        }
-    }
-    double scale;
-    if (!take_time_scale(pairs, scale, err)) return false;
-    for (const auto& p : pairs) {
-        if (p.key == "profile" || p.key == "time-scale") continue;
-        const int r = apply_caps_key(p, c.caps, err);
-        if (r < 0) return false;
-        if (r == 0) {
-            err = "perf: unknown VM key '" + p.key + "' (known: " + kVmKeys + ")";
-            return false;
-        }
-    }
-    if (!check_caps(c.caps, err)) return false;
-    apply_time_scale(c, scale);
-    out = std::move(c);
-    return true;
+    return parse_settings(text, out, err);
 }
 
 void apply_time_scale(ModelConfig& c, double f) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "saturate.h"
+
 namespace hvstor::perf::detail {
 namespace {
 
@@ -76,10 +78,10 @@ Nanos LatencyModel::sample(backend::Op op, uint64_t length, Rng& rng) const {
     Nanos ns = 0;
     switch (op) {
     case backend::Op::Read:
-        ns = read_.sample(rng) + Nanos(ns_per_kib_ * double(length) / 1024.0);
+        ns = add_delays(read_.sample(rng), to_delay(ns_per_kib_ * double(length) / 1024.0));
         break;
     case backend::Op::Write:
-        ns = write_.sample(rng) + Nanos(ns_per_kib_ * double(length) / 1024.0);
+        ns = add_delays(write_.sample(rng), to_delay(ns_per_kib_ * double(length) / 1024.0));
         break;
     case backend::Op::Flush:
         ns = flush_.sample(rng);
@@ -90,8 +92,8 @@ Nanos LatencyModel::sample(backend::Op op, uint64_t length, Rng& rng) const {
         break;
     }
     // Drawn only when spikes are on, so turning them off keeps the other draws unchanged.
-    if (spike_prob_ > 0 && rng.uniform() < spike_prob_) ns += spike_;
-    return std::max<Nanos>(0, ns);
+    if (spike_prob_ > 0 && rng.uniform() < spike_prob_) ns = add_delays(ns, spike_);
+    return std::clamp<Nanos>(ns, 0, kHorizon);
 }
 
 } // namespace hvstor::perf::detail

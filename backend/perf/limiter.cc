@@ -3,17 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "saturate.h"
+
 namespace hvstor::perf::detail {
 namespace {
 
 // Floating-point accrual can leave a bucket a hair short of an amount it exactly reached.
 bool enough(double have, double need) { return have + 1e-9 * std::max(1.0, need) >= need; }
 
-Nanos time_for(double amount, double rate) {
-    const double ns = std::ceil(amount / rate * 1e9);
-    if (ns >= 9e18) return kNever / 2;
-    return std::max<Nanos>(1, Nanos(ns));
-}
+Nanos time_for(double amount, double rate) { return std::max<Nanos>(1, to_delay(std::ceil(amount / rate * 1e9))); }
 
 } // namespace
 
@@ -76,6 +74,23 @@ void Limiter::take(double cost) {
         }
     }
     if (uses_peak()) peak_ -= cost;
+}
+
+Limiter caps_limiter(const Caps& c, double rate, double burst_rate, double unit, Nanos start) {
+    return Limiter(make_spec(rate, c.burst, burst_rate, c.burst_duration, c.burst_start, c.window, unit), start);
+}
+
+Credits credits_at(const Limiter& iops, const Limiter& bytes, Nanos now) {
+    Limiter i = iops, b = bytes;
+    i.refill(now);
+    b.refill(now);
+    Credits c;
+    c.enabled = i.credit_mode() || b.credit_mode();
+    c.iops = i.credits();
+    c.iops_capacity = i.credit_capacity();
+    c.bytes = b.credits();
+    c.bytes_capacity = b.credit_capacity();
+    return c;
 }
 
 } // namespace hvstor::perf::detail

@@ -12,6 +12,7 @@
 
 #include "hvstor/perf/clock.h"
 #include "hvstor/perf/config.h"
+#include "hvstor/perf/stats.h"
 
 namespace hvstor::perf::detail {
 
@@ -34,10 +35,10 @@ public:
     Limiter() = default;
     Limiter(const LimiterSpec& spec, Nanos start);
 
-    bool active() const { return uses_base() || uses_peak(); }
     // Catches up to time t; an earlier t changes nothing.
     void refill(Nanos t);
-    // How long from the last refill until `cost` may be taken: 0 when it may be now.
+    // How long from the last refill until `cost` may be taken: 0 when it may be now, at most
+    // the horizon (saturate.h).
     Nanos wait(double cost) const;
     void take(double cost);
     Nanos time() const { return last_; }
@@ -56,5 +57,11 @@ private:
     double peak_ = 0;
     Nanos last_ = 0;
 };
+
+// The IOPS (unit 1) or bandwidth (unit: the accounting unit) limiter of a set of caps.
+Limiter caps_limiter(const Caps& c, double rate, double burst_rate, double unit, Nanos start);
+// The credit banks of a pair of caps limiters as they would stand at `now`, leaving them as
+// they are: they move only with admissions, in model time.
+Credits credits_at(const Limiter& iops, const Limiter& bytes, Nanos now);
 
 } // namespace hvstor::perf::detail

@@ -3,56 +3,28 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
+#include "hvstor/json.h"
 #include "hvstor/perf/model.h"
+#include "saturate.h"
 
 namespace hvstor::perf {
 namespace {
 
-void append_num(std::string& s, const char* key, double v, int decimals) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "\"%s\":%.*f", key, decimals, v);
-    s += buf;
-}
-
-void append_str(std::string& s, const char* key, const std::string& v) {
-    s += '"';
-    s += key;
-    s += "\":\"";
-    for (char c : v) {
-        if (c == '"' || c == '\\') {
-            s += '\\';
-            s += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            s += buf;
-        } else {
-            s += c;
-        }
-    }
-    s += '"';
-}
-
 double ms(double ns) { return ns / 1e6; }
 
-void append_credits(std::string& s, const char* key, const Credits& c) {
-    s += '"';
-    s += key;
-    s += "\":";
+void credits(JsonWriter& j, std::string_view key, const Credits& c) {
     if (!c.enabled) {
-        s += "null";
+        j.null(key);
         return;
     }
-    s += '{';
-    append_num(s, "iops", c.iops, 0);
-    s += ',';
-    append_num(s, "iops_pct", c.iops_capacity > 0 ? 100 * c.iops / c.iops_capacity : 0, 2);
-    s += ',';
-    append_num(s, "mb", c.bytes / 1e6, 1);
-    s += ',';
-    append_num(s, "mb_pct", c.bytes_capacity > 0 ? 100 * c.bytes / c.bytes_capacity : 0, 2);
-    s += '}';
+    j.begin_object(key)
+        .num("iops", c.iops, 0)
+        .num("iops_pct", c.iops_capacity > 0 ? 100 * c.iops / c.iops_capacity : 0, 2)
+        .num("mb", c.bytes / 1e6, 1)
+        .num("mb_pct", c.bytes_capacity > 0 ? 100 * c.bytes / c.bytes_capacity : 0, 2)
+        .end_object();
 }
 
 } // namespace
@@ -74,7 +46,7 @@ std::unique_ptr<TimelineWriter> TimelineWriter::open(Clock& clock, const std::st
 TimelineWriter::TimelineWriter(Clock& clock, std::FILE* f, Nanos interval)
     : clock_(clock), file_(f), interval_(interval), origin_(clock.now() / interval * interval) {
     timer_ = clock_.make_timer([this] { tick(); });
-    timer_->arm((clock_.now() / interval_ + 1) * interval_);
+    timer_->arm(detail::next_boundary(clock_.now(), interval_));
 }
 
 TimelineWriter::~TimelineWriter() {
@@ -110,63 +82,42 @@ void TimelineWriter::poll() {
 
 void TimelineWriter::tick() {
     poll();
-    timer_->arm((clock_.now() / interval_ + 1) * interval_);
+    timer_->arm(detail::next_boundary(clock_.now(), interval_));
 }
 
 std::string TimelineWriter::format(const std::string& name, const Stats& st, Nanos origin) {
     const IntervalStats& l = st.last;
-    std::string s = "{";
-    append_num(s, "t", double(l.end - origin) / 1e9, 3);
-    s += ',';
-    append_str(s, "disk", name);
-    s += ',';
-    append_num(s, "interval", double(l.end - l.start) / 1e9, 3);
-    s += ',';
-    append_num(s, "iops", l.iops, 1);
-    s += ',';
-    append_num(s, "read_iops", l.read_iops, 1);
-    s += ',';
-    append_num(s, "write_iops", l.write_iops, 1);
-    s += ',';
-    append_num(s, "mbps", l.mbps, 3);
-    s += ",\"lat_ms\":{";
-    append_num(s, "mean", ms(l.latency.mean), 3);
-    s += ',';
-    append_num(s, "p50", ms(double(l.latency.p50)), 3);
-    s += ',';
-    append_num(s, "p90", ms(double(l.latency.p90)), 3);
-    s += ',';
-    append_num(s, "p99", ms(double(l.latency.p99)), 3);
-    s += ',';
-    append_num(s, "p999", ms(double(l.latency.p999)), 3);
-    s += ',';
-    append_num(s, "max", ms(double(l.latency.max)), 3);
-    s += "},\"throttle_ms\":{";
-    append_num(s, "mean", ms(l.throttle_mean), 3);
-    s += ',';
-    append_num(s, "max", ms(double(l.throttle_max)), 3);
-    s += "},\"queue\":{";
-    append_num(s, "now", st.queued, 0);
-    s += ',';
-    append_num(s, "avg", l.queue_avg, 2);
-    s += ',';
-    append_num(s, "max", l.queue_max, 0);
-    s += "},";
-    append_num(s, "in_service", st.in_service, 0);
-    s += ',';
-    append_credits(s, "credits", st.credits);
-    s += ',';
-    append_credits(s, "vm_credits", st.vm_credits);
-    s += ",\"total\":{";
-    append_num(s, "ios", double(st.ios), 0);
-    s += ',';
-    append_num(s, "bytes", double(st.bytes_read + st.bytes_written), 0);
-    s += ',';
-    append_num(s, "errors", double(st.errors), 0);
-    s += "},";
-    append_num(s, "scale", st.time_scale, 3);
-    s += '}';
-    return s;
+    JsonWriter j;
+    j.num("t", double(l.end - origin) / 1e9, 3)
+        .str("disk", name)
+        .num("interval", double(l.end - l.start) / 1e9, 3)
+        .num("iops", l.iops, 1)
+        .num("read_iops", l.read_iops, 1)
+        .num("write_iops", l.write_iops, 1)
+        .num("mbps", l.mbps, 3);
+    j.begin_object("lat_ms")
+        .num("mean", ms(l.latency.mean), 3)
+        .num("p50", ms(double(l.latency.p50)), 3)
+        .num("p90", ms(double(l.latency.p90)), 3)
+        .num("p99", ms(double(l.latency.p99)), 3)
+        .num("p999", ms(double(l.latency.p999)), 3)
+        .num("max", ms(double(l.latency.max)), 3)
+        .end_object();
+    j.begin_object("throttle_ms")
+        .num("mean", ms(l.throttle_mean), 3)
+        .num("max", ms(double(l.throttle_max)), 3)
+        .end_object();
+    j.begin_object("queue").num("now", st.queued).num("avg", l.queue_avg, 2).num("max", l.queue_max).end_object();
+    j.num("in_service", st.in_service);
+    credits(j, "credits", st.credits);
+    credits(j, "vm_credits", st.vm_credits);
+    j.begin_object("total")
+        .num("ios", st.ios)
+        .num("bytes", st.bytes_read + st.bytes_written)
+        .num("errors", st.errors)
+        .end_object();
+    j.num("scale", st.time_scale, 3);
+    return j.done();
 }
 
 } // namespace hvstor::perf

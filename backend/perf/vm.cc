@@ -3,6 +3,7 @@
 
 #include "hvstor/perf/vm.h"
 #include "limiter.h"
+#include "saturate.h"
 
 namespace hvstor::perf {
 namespace {
@@ -19,8 +20,7 @@ public:
         Nanos t = std::max(now, iops_.time());
         iops_.refill(t);
         bytes_.refill(t);
-        const Nanos w = std::max(iops_.wait(units), bytes_.wait(bytes));
-        t += w;
+        t = detail::deadline_after(t, std::max(iops_.wait(units), bytes_.wait(bytes)));
         iops_.refill(t);
         bytes_.refill(t);
         iops_.take(units);
@@ -31,17 +31,8 @@ public:
     Credits credits(Nanos now) override {
         std::lock_guard lock(mu_);
         start(now);
-        // Copies: refilling the real buckets would move the VM's time past IOs still to come.
-        detail::Limiter iops = iops_, bytes = bytes_;
-        iops.refill(now);
-        bytes.refill(now);
-        Credits c;
-        c.enabled = iops.credit_mode() || bytes.credit_mode();
-        c.iops = iops.credits();
-        c.iops_capacity = iops.credit_capacity();
-        c.bytes = bytes.credits();
-        c.bytes_capacity = bytes.credit_capacity();
-        return c;
+        // Not refilled here: that would move the VM's time past IOs still to come.
+        return detail::credits_at(iops_, bytes_, now);
     }
 
 private:
@@ -50,13 +41,9 @@ private:
         if (started_) return;
         started_ = true;
         const Caps& c = config().caps;
-        const double unit = 256 * 1024;
-        iops_ = detail::Limiter(detail::make_spec(c.iops, c.burst, c.burst_iops, c.burst_duration,
-                                                  c.burst_start, c.window, 1),
-                                now);
-        bytes_ = detail::Limiter(detail::make_spec(c.bytes_per_s, c.burst, c.burst_bytes_per_s,
-                                                   c.burst_duration, c.burst_start, c.window, unit),
-                                 now);
+        const double unit = 256 * 1024;  // a VM has no io-unit setting: Azure's
+        iops_ = detail::caps_limiter(c, c.iops, c.burst_iops, 1, now);
+        bytes_ = detail::caps_limiter(c, c.bytes_per_s, c.burst_bytes_per_s, unit, now);
     }
 
     std::mutex mu_;

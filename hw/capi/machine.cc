@@ -43,11 +43,8 @@ std::string known_versions() {
 }
 
 void check_controller_config(const storvsp::ControllerConfig& cfg) {
-    if (cfg.max_transfer_bytes < 4096 || cfg.max_transfer_bytes > 8 * 1024 * 1024 || cfg.max_transfer_bytes % 4096)
-        throw ConfigError("max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
-    if (cfg.max_outstanding_per_channel < 1 || cfg.max_outstanding_per_channel > 4096)
-        throw ConfigError("outstanding limit must be 1..4096");
-    if (cfg.max_subchannels > 256) throw ConfigError("at most 256 subchannels");
+    std::string err;
+    if (!storvsp::validate(cfg, err)) throw ConfigError(err);
 }
 
 ScsiController::ScsiController(Machine& machine, const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg)

@@ -34,7 +34,10 @@ void Synic::reset_vp(Vp& v) {
     v.siefp = 0;
     v.simp = 0;
     v.sint.fill(kSintMasked);
-    for (auto& q : v.queue) q.clear();
+    for (auto& q : v.queue) {
+        queued_ -= q.size();
+        q.clear();
+    }
 }
 
 void Synic::reset() {
@@ -105,12 +108,13 @@ bool Synic::post_message(uint32_t vp, uint8_t sint, uint32_t type, std::span<con
         std::lock_guard lock(mu_);
         if (vp >= vps_.size() || sint >= kSintCount) return false;
         auto& q = vps_[vp].queue[sint];
-        if (q.size() >= kQueueLimit) return false;
+        if (queued_ >= kMaxQueued) return false;
         Message msg;
         msg.type = type;
         msg.size = static_cast<uint8_t>(payload.size());
         std::memcpy(msg.payload.data(), payload.data(), payload.size());
         q.push_back(msg);
+        queued_++;
         deliver_locked(vp, sint, irqs);
     }
     raise(irqs);
@@ -154,6 +158,7 @@ void Synic::deliver_locked(uint32_t vp, uint8_t sint, std::vector<Irq>& irqs) {
         std::atomic_thread_fence(std::memory_order_seq_cst);
         if (!host_.write_gpa(slot + kSlotType, &msg.type, sizeof msg.type)) return;
         q.pop_front();
+        queued_--;
         stats_.messages_delivered++;
         irqs.push_back({vp, sint_vector(v.sint[sint])});
     }

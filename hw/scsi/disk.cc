@@ -68,6 +68,7 @@ void Disk::submit(std::span<Command* const> cmds) {
         .block_size = bs,
         .read_only = be_.read_only(),
         .max_transfer_blocks = cfg_.max_transfer_bytes / bs,
+        .pattern_writes = pattern_writes_,
     };
     // Batches of the usual size stay on the stack. A larger one gets a list of its own, or,
     // when memory is that short, goes to the backend in stack-sized pieces.

@@ -23,6 +23,10 @@ Fanout* Fanout::create(Command& cmd, backend::CompletionSink& disk, backend::Op 
     }
 }
 
+Fanout::~Fanout() {
+    if (in_flight) in_flight->fetch_sub(1, std::memory_order_release);
+}
+
 void Fanout::start(backend::Backend& be) {
     // A copy on the stack: the last completion may free this object, and with it reqs_,
     // while the backend is still walking the list it was given.

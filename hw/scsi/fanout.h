@@ -30,6 +30,11 @@ public:
     // Submits every request in one call. The Fanout may be gone when this returns.
     void start(backend::Backend& be);
 
+    // Decremented once when the Fanout is destroyed (its last request done, or never
+    // started): lets the creator count fanouts in flight.
+    std::atomic<uint32_t>* in_flight = nullptr;
+    ~Fanout() override;
+
 private:
     Fanout(Command& cmd, backend::CompletionSink& disk, backend::Op op, size_t count);
     void complete(backend::Request* req) override;

@@ -4,6 +4,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "cdb.h"
@@ -22,6 +23,8 @@ struct Target {
     uint32_t block_size;
     bool read_only;
     uint32_t max_transfer_blocks;  // 0: no limit
+    // WRITE SAME commands with a pattern buffer still in flight on this disk.
+    std::atomic<uint32_t>& pattern_writes;
 };
 
 enum class Started {

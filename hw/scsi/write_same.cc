@@ -17,21 +17,35 @@ namespace {
 
 constexpr uint8_t kProtectMask = 0xE0, kAnchor = 0x10, kUnmapBit = 0x08, kLbdataPbdata = 0x06,
                   kNdob = 0x01;
-// One request covers kPatternSegments copies of a kPatternBlocks buffer.
-constexpr uint64_t kPatternBlocks = 2048;
-constexpr uint64_t kPatternSegments = 32;
-static_assert(kMaxWriteSameBlocks / (kPatternBlocks * kPatternSegments) <= kMaxFanout);
+// A pattern command holds one buffer of at most kPatternBytes, repeated in every iovec of
+// its requests. At most kMaxPatternWrites such commands run per disk; more are answered
+// BUSY (the guest retries), so a guest bounds neither host memory (a few MiB per disk) nor
+// the backend writes in flight (kMaxPatternWrites x kMaxWriteSameBlocks blocks).
+constexpr uint64_t kPatternBytes = 1 << 20;
+constexpr uint32_t kMaxPatternWrites = 4;
+// Each request covers up to kPatternSegments repeats of the buffer; enough of them that the
+// longest command at the largest block size needs at most kMaxFanout requests.
+constexpr uint64_t kPatternSegments = 256;
+static_assert(uint64_t{kMaxWriteSameBlocks} * kMaxBlockSize / (kPatternBytes * kPatternSegments) <= kMaxFanout);
+static_assert(kPatternSegments <= 1024, "IOV_MAX");
 
 Started write_pattern(Command& cmd, const Target& t, uint64_t lba, uint64_t blocks,
                       const uint8_t* block) {
-    const uint64_t buf_blocks = std::min(blocks, kPatternBlocks);
+    if (t.pattern_writes.fetch_add(1, std::memory_order_acquire) >= kMaxPatternWrites) {
+        t.pattern_writes.fetch_sub(1, std::memory_order_release);
+        busy(cmd);
+        return Started::Answered;
+    }
+    const uint64_t buf_blocks = std::min(blocks, kPatternBytes / t.block_size);
     const uint64_t req_blocks = buf_blocks * kPatternSegments;
     const size_t count = static_cast<size_t>((blocks + req_blocks - 1) / req_blocks);
     Fanout* f = Fanout::create(cmd, t.self, backend::Op::Write, count);
     if (f == nullptr) {
+        t.pattern_writes.fetch_sub(1, std::memory_order_release);
         busy(cmd);
         return Started::Answered;
     }
+    f->in_flight = &t.pattern_writes;
     try {
         f->data.resize(static_cast<size_t>(buf_blocks * t.block_size));
         f->iovs.resize(count * kPatternSegments);

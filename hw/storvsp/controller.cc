@@ -4,6 +4,30 @@
 
 namespace hvstor::storvsp {
 
+uint64_t preallocated_bytes(const ControllerConfig& cfg) {
+    const uint64_t pages = cfg.max_transfer_bytes / kPageSize + 1;
+    const uint64_t per_request = sizeof(IoContext) + 2 * pages * sizeof(iovec) + sizeof(IoContext*);
+    return (uint64_t{cfg.max_subchannels} + 1) * cfg.max_outstanding_per_channel * per_request;
+}
+
+bool validate(const ControllerConfig& cfg, std::string& err) {
+    if (cfg.max_transfer_bytes < kPageSize || cfg.max_transfer_bytes > 8u << 20 || cfg.max_transfer_bytes % kPageSize)
+        err = "max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB, not " +
+              std::to_string(cfg.max_transfer_bytes);
+    else if (cfg.max_outstanding_per_channel < 1 || cfg.max_outstanding_per_channel > 4096)
+        err = "outstanding must be 1..4096, not " + std::to_string(cfg.max_outstanding_per_channel);
+    else if (cfg.max_subchannels > 256)
+        err = "max-subchannels must be at most 256, not " + std::to_string(cfg.max_subchannels);
+    else if (const uint64_t b = preallocated_bytes(cfg); b > kMaxPreallocatedBytes)
+        err = "outstanding (" + std::to_string(cfg.max_outstanding_per_channel) + ") x channels (" +
+              std::to_string(cfg.max_subchannels + 1) + ") x max-transfer (" + std::to_string(cfg.max_transfer_bytes) +
+              ") would preallocate " + std::to_string(b >> 20) + " MiB of request state; the limit is " +
+              std::to_string(kMaxPreallocatedBytes >> 20) + " MiB: lower one of them";
+    else
+        return true;
+    return false;
+}
+
 Controller::Controller(Host& host, vmbus::Bus& bus, const vmbus::Guid& instance, const ControllerConfig& cfg)
     : host_(host), bus_(bus), instance_(instance), cfg_(cfg) {
     channels_.push_back(std::make_unique<Queue>(*this, 0));
@@ -21,6 +45,7 @@ Controller::~Controller() {
 }
 
 bool Controller::start(std::string& err) {
+    if (!validate(cfg_, err)) return false;
     vmbus::OfferInfo info;
     info.type = vmbus::kScsiControllerType;
     info.instance = instance_;
@@ -52,12 +77,20 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
 void Controller::detach(uint8_t lun) {
     if (lun >= kMaxLuns) return;
     luns_[lun].store(nullptr);
+    // Workers look disks up without a lock; wait until none can still hold the old one.
+    std::vector<Queue*> queues;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& c : channels_) queues.push_back(c.get());
+    }
+    for (Queue* q : queues) q->wait_batch_boundary();
     channels_[0]->request_enumerate();
 }
 
 scsi::Disk* Controller::lookup(uint8_t path, uint8_t target, uint8_t lun) {
     if (path != 0 || target != 0 || lun >= kMaxLuns) return nullptr;
-    return luns_[lun].load(std::memory_order_acquire);
+    // Sequentially consistent with detach(): see Queue::wait_batch_boundary().
+    return luns_[lun].load(std::memory_order_seq_cst);
 }
 
 std::vector<uint16_t> Controller::luns() {

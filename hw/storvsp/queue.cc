@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace hvstor::storvsp {
 
@@ -17,7 +18,7 @@ bool version_known(uint16_t v) { return v == kVersionWin8 || v == kVersionWin8_1
 
 } // namespace
 
-Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index) {
+Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index), log_(ctl.host_, ctl.cfg_.name + ": ") {
     const uint32_t n = ctl_.cfg_.max_outstanding_per_channel;
     const size_t max_pages = ctl_.cfg_.max_transfer_bytes / kPageSize + 1;
     pool_.resize(n);
@@ -59,6 +60,7 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     std::lock_guard lock(mu_);
     if (runtime_) return vmbus::kStatusUnsuccessful;
     state_ = InitState::Start;
+    log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, err);
     return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
@@ -169,6 +171,8 @@ void Queue::on_packet(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& 
         // Not a storage request at all. Answer what can be answered, so a guest waiting
         // on this transaction id is not left hanging.
         ctl_.stats_.bad_packets++;
+        log_("packet type %u with %u payload bytes: not a storage request (want type 6 or 9, at least %u bytes)",
+             unsigned(d.type), avail, unsigned(kVstorPacketMin));
         p.operation = static_cast<uint32_t>(Operation::CompleteIo);
         p.status = kStatusInvalidParameter;
         reply(ch, d.trans_id, p, sizeof p);
@@ -184,6 +188,7 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
     const auto op = static_cast<Operation>(p.operation);
     uint32_t status = kStatusSuccess;
     const bool primary = index_ == 0;
+    const char* why = "out of order (handshake state)";
     switch (op) {
     case Operation::BeginInitialization:
         if (primary) {
@@ -195,8 +200,13 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         break;
     case Operation::QueryProtocolVersion:
         if (!primary || state_ == InitState::Start) status = kStatusInvalidDeviceState;
-        else if (!version_known(p.version.major_minor) || p.version.major_minor > ctl_.cfg_.max_protocol_version)
-            status = kStatusRevisionMismatch;
+        else if (!version_known(p.version.major_minor) || p.version.major_minor > ctl_.cfg_.max_protocol_version) {
+            // Linux tries versions newest first: a mismatch is the handshake, not an error.
+            p.operation = static_cast<uint32_t>(Operation::CompleteIo);
+            p.status = kStatusRevisionMismatch;
+            reply(ch, trans_id, p, len);
+            return;
+        }
         else state_ = InitState::VersionAgreed;
         break;
     case Operation::QueryProperties:
@@ -220,7 +230,12 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
     case Operation::CreateSubChannels: {
         const uint16_t n = p.sub_channel_count;
         if (!primary || state_ != InitState::Ready) status = kStatusInvalidDeviceState;
-        else if (n == 0 || n > ctl_.cfg_.max_subchannels) status = kStatusInvalidParameter;
+        else if (n == 0 || n > ctl_.cfg_.max_subchannels) {
+            status = kStatusInvalidParameter;
+            log_("CREATE_SUB_CHANNELS sub_channel_count %u (want 1..%u)", unsigned(n),
+                 unsigned(ctl_.cfg_.max_subchannels));
+            why = nullptr;
+        }
         if (status != kStatusSuccess) break;
         p.operation = static_cast<uint32_t>(Operation::CompleteIo);
         p.status = kStatusSuccess;
@@ -237,9 +252,14 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         break;
     default:
         status = kStatusInvalidDeviceRequest;
+        why = "unknown operation";
         break;
     }
-    if (status != kStatusSuccess) ctl_.stats_.bad_packets++;
+    if (status != kStatusSuccess) {
+        ctl_.stats_.bad_packets++;
+        if (why)
+            log_("%s operation %u: %s", primary ? "primary" : "subchannel", unsigned(p.operation), why);
+    }
     p.operation = static_cast<uint32_t>(Operation::CompleteIo);
     p.status = status;
     reply(ch, trans_id, p, len);
@@ -249,29 +269,51 @@ bool Queue::map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_
     // GPA-direct layout after the descriptor: u32 reserved, u32 range count, then ranges
     // of {u32 byte_count, u32 byte_offset, u64 pfn[]}, all before the payload.
     constexpr uint32_t kHdr = sizeof(vmbus::PacketDescriptor);
-    if (payload_off < kHdr + 8 + 8) return false;
+    if (payload_off < kHdr + 8 + 8) {
+        log_("SRB GPA-direct payload offset %u leaves no room for a range", payload_off);
+        return false;
+    }
     uint32_t nranges;
     std::memcpy(&nranges, pkt.data() + kHdr + 4, 4);
-    if (nranges == 0) return false;
+    if (nranges == 0) {
+        log_("SRB GPA-direct range count 0 for %u bytes", bytes);
+        return false;
+    }
     uint32_t pos = kHdr + 8;
     uint32_t left = bytes;
     for (uint32_t r = 0; r < nranges && left; r++) {
-        if (pos + 8 > payload_off) return false;
+        if (pos + 8 > payload_off) {
+            log_("SRB GPA-direct range %u of %u lies past the payload offset %u", r, nranges, payload_off);
+            return false;
+        }
         uint32_t count, offset;
         std::memcpy(&count, pkt.data() + pos, 4);
         std::memcpy(&offset, pkt.data() + pos + 4, 4);
         pos += 8;
-        if (offset >= kPageSize) return false;
+        if (offset >= kPageSize) {
+            log_("SRB GPA-direct range %u byte_offset %u >= 4096", r, offset);
+            return false;
+        }
         const uint64_t npfns = (uint64_t(offset) + count + kPageSize - 1) / kPageSize;
-        if (npfns > (payload_off - pos) / 8) return false;
+        if (npfns > (payload_off - pos) / 8) {
+            log_("SRB GPA-direct range %u byte_count %u needs %llu pfns, the packet holds %u", r, count,
+                 static_cast<unsigned long long>(npfns), (payload_off - pos) / 8);
+            return false;
+        }
         uint32_t in_page = offset, range_left = count;
         for (uint64_t i = 0; i < npfns && left && range_left; i++) {
             uint64_t pfn;
             std::memcpy(&pfn, pkt.data() + pos + i * 8, 8);
             const uint32_t n = std::min({kPageSize - in_page, left, range_left});
-            if (ctx.pages.size() == ctx.pages.capacity() || pfn >= (1ull << 52)) return false;
-            void* host = ctl_.host_.map(pfn * kPageSize + in_page, n, ctx.writes_guest);
-            if (!host) return false;
+            if (ctx.pages.size() == ctx.pages.capacity()) {
+                log_("SRB GPA-direct ranges split %u bytes into more than %zu pieces", bytes, ctx.pages.capacity());
+                return false;
+            }
+            void* host = pfn < (1ull << 52) ? ctl_.host_.map(pfn * kPageSize + in_page, n, ctx.writes_guest) : nullptr;
+            if (!host) {
+                log_("SRB GPA-direct pfn 0x%llx is not guest RAM", static_cast<unsigned long long>(pfn));
+                return false;
+            }
             ctx.pages.push_back({host, n});
             // Guest pages that are contiguous on the host become one iovec.
             if (!ctx.iov.empty() &&
@@ -285,7 +327,25 @@ bool Queue::map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_
         }
         pos += uint32_t(npfns * 8);
     }
+    if (left) log_("SRB GPA-direct ranges cover %u of data_transfer_length %u bytes", bytes - left, bytes);
     return left == 0;
+}
+
+bool Queue::map_data(IoContext& ctx, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt, uint32_t bytes) {
+    if (bytes > ctl_.cfg_.max_transfer_bytes) {
+        log_("SRB data_transfer_length %u > max-transfer %u", bytes, ctl_.cfg_.max_transfer_bytes);
+        return false;
+    }
+    if (d.type != uint16_t(vmbus::PacketType::DataUsingGpaDirect)) {
+        log_("SRB with data in a packet of type %u (data needs GPA direct, type 9)", unsigned(d.type));
+        return false;
+    }
+    if (bytes && !map_gpa_ranges(ctx, pkt, uint32_t(d.offset8) * 8, bytes)) return false;
+    scsi::Command& c = ctx.cmd;
+    c.iov = ctx.iov.data();
+    c.iovcnt = uint32_t(ctx.iov.size());
+    c.xfer_len = bytes;
+    return true;
 }
 
 void Queue::unmap(IoContext& ctx) {
@@ -303,6 +363,7 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
         r.operation = static_cast<uint32_t>(Operation::CompleteIo);
         r.status = kStatusInvalidDeviceState;
         ctl_.stats_.bad_packets++;
+        log_("SRB before the handshake finished (END_INITIALIZATION)");
         reply(ch, d.trans_id, r, len);
         return;
     }
@@ -324,6 +385,8 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
     const VmscsiRequest& srb = p.srb;
     const uint8_t data_in = srb.data_in;
     if (srb.cdb_length == 0 || srb.cdb_length > 16 || data_in > kDataNone) {
+        if (data_in > kDataNone) log_("SRB data_in %u (want 0..2)", unsigned(data_in));
+        else log_("SRB cdb_length %u (want 1..16)", unsigned(srb.cdb_length));
         ctx->srb_override = kSrbInvalidRequest;
         return complete(ch, ctx);
     }
@@ -333,23 +396,20 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
     // data_in is the truth: 6.1 can leave a stale range on a command without data.
     c.dir = data_in == kDataRead ? scsi::Dir::FromDevice : data_in == kDataWrite ? scsi::Dir::ToDevice : scsi::Dir::None;
     ctx->writes_guest = c.dir == scsi::Dir::FromDevice;
-    if (c.dir != scsi::Dir::None) {
-        const uint32_t bytes = srb.data_transfer_length;
-        if (bytes > ctl_.cfg_.max_transfer_bytes || d.type != uint16_t(vmbus::PacketType::DataUsingGpaDirect) ||
-            (bytes && !map_gpa_ranges(*ctx, pkt, uint32_t(d.offset8) * 8, bytes))) {
-            unmap(*ctx);
-            ctx->srb_override = kSrbInvalidRequest;
-            return complete(ch, ctx);
-        }
-        c.iov = ctx->iov.data();
-        c.iovcnt = uint32_t(ctx->iov.size());
-        c.xfer_len = bytes;
+    if (c.dir != scsi::Dir::None && !map_data(*ctx, d, pkt, srb.data_transfer_length)) {
+        unmap(*ctx);
+        ctx->srb_override = kSrbInvalidRequest;
+        return complete(ch, ctx);
     }
 
     if (c.cdb[0] == kReportLuns) {
         if (srb.path_id == 0 && srb.target_id == 0) scsi::answer_report_luns(c, ctl_.luns());
         else scsi::answer_report_luns(c, {});
         return complete(ch, ctx);
+    }
+    if (!in_batch_) {
+        batch_seq_.fetch_add(1, std::memory_order_seq_cst); // odd: disks may be held
+        in_batch_ = true;
     }
     scsi::Disk* disk = ctl_.lookup(srb.path_id, srb.target_id, srb.lun);
     if (!disk) {
@@ -375,6 +435,17 @@ void Queue::on_batch_end(vmbus::ChannelRuntime&) {
         if (!cmds.empty()) disk->submit(cmds);
         cmds.clear();
     }
+    if (in_batch_) {
+        batch_seq_.fetch_add(1, std::memory_order_release); // even: no disk held
+        in_batch_ = false;
+    }
+}
+
+void Queue::wait_batch_boundary() const {
+    const uint64_t seq = batch_seq_.load(std::memory_order_seq_cst);
+    if (!(seq & 1)) return;
+    // A batch is short (parsing and non-blocking submits): yield until it has moved on.
+    while (batch_seq_.load(std::memory_order_acquire) == seq) std::this_thread::yield();
 }
 
 void Queue::release(IoContext* ctx) {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "hvstor/guest_log.h"
 #include "hvstor/storvsp/controller.h"
 #include "hvstor/vmbus/channel.h"
 
@@ -41,6 +42,11 @@ public:
     // From any thread: a command finished.
     void done(IoContext* ctx);
 
+    // From any thread: returns once the worker has finished the batch it is in, if any. A
+    // disk pointer looked up in a batch is used until the batch is submitted, so after a
+    // LUN was cleared and this returned for every queue, no worker holds the old disk.
+    void wait_batch_boundary() const;
+
     // vmbus::ChannelHandler (the bus: vCPU threads)
     uint32_t on_open(const vmbus::OpenRequest& req) override;
     void on_close(uint32_t relid) override;
@@ -61,6 +67,9 @@ private:
     void execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                      const VstorPacket& p, uint32_t len);
     bool map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes);
+    // The SRB's data buffer as iovecs in ctx.cmd; false (logged) when the guest's ranges
+    // are unusable.
+    bool map_data(IoContext& ctx, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt, uint32_t bytes);
     void unmap(IoContext& ctx);
     bool reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
     bool send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx);
@@ -76,11 +85,15 @@ private:
     std::unique_ptr<vmbus::ChannelRuntime> runtime_;
     std::atomic<bool> enumerate_{false};
 
-    // Worker thread only.
+    // Worker thread only (its prefix is set in on_open, before the worker starts).
+    GuestErrorLog log_;
     InitState state_ = InitState::Start;
     std::vector<IoContext> pool_;
     std::vector<IoContext*> free_;
     std::vector<std::pair<scsi::Disk*, std::vector<scsi::Command*>>> batch_;
+    // Odd from the first disk lookup of a batch until the batch is submitted.
+    std::atomic<uint64_t> batch_seq_{0};
+    bool in_batch_ = false;
 
     // Completed commands, from any thread to the worker.
     std::mutex done_mu_;

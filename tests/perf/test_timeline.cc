@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include "hvstor/perf/timeline.h"
 #include "load.h"
@@ -104,6 +105,56 @@ TEST(PerfTimeline, FromTheSettingsString) {
     EXPECT_FALSE(make_disk("timeline=/nonexistent/dir/x.jsonl", clock, nullptr, &err));
     EXPECT_NE(err.find("cannot open timeline"), std::string::npos) << err;
     std::remove(path.c_str());
+}
+
+// A line with every field set, byte for byte; the name needs escaping.
+TEST(PerfTimeline, LineFormat) {
+    Stats s;
+    s.time_scale = 2.5;
+    s.ios = 10495;
+    s.bytes_read = 100000000;
+    s.bytes_written = 14196480;
+    s.errors = 3;
+    s.queued = 28;
+    s.in_service = 8;
+    s.credits = {true, 5390999.4, 5400000, 126000e6, 126000e6};
+    IntervalStats& l = s.last;
+    l.start = 2 * kSec;
+    l.end = 3 * kSec;
+    l.iops = 3501;
+    l.read_iops = 3113;
+    l.write_iops = 388;
+    l.mbps = 38.1793;
+    l.latency.mean = 10287123;
+    l.latency.p50 = 10191000;
+    l.latency.p90 = 11239000;
+    l.latency.p99 = 12288000;
+    l.latency.p999 = 13402000;
+    l.latency.max = 14052000;
+    l.throttle_mean = 8190400;
+    l.throttle_max = 9218000;
+    l.queue_avg = 28.657;
+    l.queue_max = 33;
+    EXPECT_EQ(TimelineWriter::format("sd\"a\\\x01\xc3\xa9", s, kSec),
+              "{\"t\":2.000,\"disk\":\"sd\\\"a\\\\\\u0001\xc3\xa9\",\"interval\":1.000,\"iops\":3501.0,"
+              "\"read_iops\":3113.0,\"write_iops\":388.0,\"mbps\":38.179,\"lat_ms\":{\"mean\":10.287,"
+              "\"p50\":10.191,\"p90\":11.239,\"p99\":12.288,\"p999\":13.402,\"max\":14.052},"
+              "\"throttle_ms\":{\"mean\":8.190,\"max\":9.218},\"queue\":{\"now\":28,\"avg\":28.66,\"max\":33},"
+              "\"in_service\":8,\"credits\":{\"iops\":5390999,\"iops_pct\":99.83,\"mb\":126000.0,"
+              "\"mb_pct\":100.00},\"vm_credits\":null,\"total\":{\"ios\":10495,\"bytes\":114196480,"
+              "\"errors\":3},\"scale\":2.500}");
+}
+
+// Counts print exactly and a figure that is not a number prints null: the line stays JSON.
+TEST(PerfTimeline, LineStaysJson) {
+    Stats s;
+    s.ios = (uint64_t(1) << 53) + 1;
+    s.last.queue_avg = std::numeric_limits<double>::quiet_NaN();
+    s.credits = {true, std::numeric_limits<double>::infinity(), 0, 0, 0};
+    const std::string line = TimelineWriter::format("d", s);
+    EXPECT_NE(line.find("\"ios\":9007199254740993,"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"avg\":null,"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"credits\":{\"iops\":null,\"iops_pct\":0.00,"), std::string::npos) << line;
 }
 
 TEST(PerfHistogram, Percentiles) {

@@ -155,6 +155,29 @@ TEST_F(UnmapFake, WriteSameMapsToDiscardOrZeroes) {
     EXPECT_EQ(be.seen.back().length, 4u * 512);
 }
 
+// Each pattern command holds a buffer and makes the backend write up to 2 GiB: only a few
+// run at once per disk, the rest are answered BUSY, and a finished one makes room.
+TEST_F(UnmapFake, PatternWriteSamesInFlightAreBounded) {
+    be.defer = true;
+    std::vector<std::unique_ptr<Io>> ios;
+    for (int i = 0; i < 6; i++) ios.push_back(write_same(true, 0, 2048, 0, 0x5C));
+    for (auto& io : ios) rig.disk.submit(&io->cmd);
+    ASSERT_TRUE(rig.sink.wait_total(2)) << "the two past the bound complete at once";
+    EXPECT_EQ(ios[4]->status(), kStatusBusy);
+    EXPECT_EQ(ios[5]->status(), kStatusBusy);
+    const size_t held = be.seen.size();
+    EXPECT_EQ(held, 4u) << "one request each: 2048 blocks fit in one";
+    be.release();
+    ASSERT_TRUE(rig.sink.wait_total(6));
+    for (int i = 0; i < 4; i++) EXPECT_EQ(ios[size_t(i)]->status(), kStatusGood);
+    auto again = write_same(true, 0, 2048, 0, 0x5C);
+    rig.disk.submit(&again->cmd);
+    EXPECT_EQ(be.seen.size(), held + 1) << "room again once they finished";
+    be.release();
+    ASSERT_TRUE(rig.sink.wait_total(7));
+    EXPECT_EQ(again->status(), kStatusGood);
+}
+
 TEST_F(UnmapFake, WriteSameBadCdbs) {
     auto zero_len = write_same(true, 0, 0, 0, 0);
     expect_fail(*zero_len, kSenseIllegalRequest, 0x24);

@@ -6,6 +6,7 @@
 #include "fake_host.h"
 #include "storvsc_rings.h"
 #include "hvstor/backend/backend.h"
+#include "hvstor/guest_log.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/controller.h"
 
@@ -116,6 +117,50 @@ TEST_F(StorvspBusTest, MalformedPacketsAreAnsweredWithAnError) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->pkt.status, kStatusInvalidDeviceState) << "SRB before the handshake";
     EXPECT_EQ(ctl->stats().bad_packets.load(), 2u);
+    // Each with a guest-error line that says where, which field and its value.
+    const std::string where = "storvsp: relid " + std::to_string(c.relid) + ": ";
+    EXPECT_TRUE(host.logged(where + "packet type 6 with 8 payload bytes: not a storage request"));
+    EXPECT_TRUE(host.logged(where + "SRB before the handshake finished"));
+}
+
+TEST_F(StorvspBusTest, BadSrbFieldsAreNamedInTheGuestErrorLog) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    VmscsiRequest s = rw10(false, 0, 1);
+    s.cdb_length = 20;
+    guest.send_srb(c, s, kBuf, 512);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbInvalidRequest);
+    EXPECT_TRUE(host.logged("SRB cdb_length 20 (want 1..16)"));
+
+    guest.send_srb(c, rw10(false, 0, 1), FakeHost::kHoleStart, 512); // MMIO, not RAM
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbInvalidRequest);
+    EXPECT_TRUE(host.logged("SRB GPA-direct pfn 0x600 is not guest RAM"));
+
+    VmscsiRequest big = rw10(false, 0, 1);
+    guest.send_srb(c, big, kBuf, 1 << 20); // over max-transfer (256 KiB)
+    r = guest.wait(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbInvalidRequest);
+    EXPECT_TRUE(host.logged("SRB data_transfer_length 1048576 > max-transfer 262144"));
+}
+
+// A guest that makes every packet bad gets a burst of lines, then few: the log cannot be
+// flooded.
+TEST_F(StorvspBusTest, GuestErrorLinesAreRateLimited) {
+    auto c = open_primary();
+    for (int i = 0; i < 200; i++) {
+        VstorPacket v{};
+        v.operation = 99;
+        guest.send(c, v);
+        ASSERT_TRUE(guest.wait(c));
+    }
+    EXPECT_EQ(ctl->stats().bad_packets.load(), 200u);
+    EXPECT_GE(host.guest_errors.size(), size_t(GuestErrorLog::kBurst));
+    EXPECT_LT(host.guest_errors.size(), 100u);
 }
 
 } // namespace

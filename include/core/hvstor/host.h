@@ -37,6 +37,11 @@ public:
     // Called with no lock of the device model held, from any thread; never blocks on the
     // VMM's own locks when called from a device model thread.
     virtual void raise_vector(uint32_t vp, uint8_t vector) = 0;
+
+    // The guest broke the protocol: one line saying where, which field and its value.
+    // Any thread. QEMU logs it under LOG_GUEST_ERROR (-d guest_errors). Callers rate-limit
+    // (hvstor/guest_log.h).
+    virtual void guest_error(const char* line) { (void)line; }
 };
 
 } // namespace hvstor

@@ -39,12 +39,15 @@ struct SynicStats {
 
 class Synic {
 public:
-    // A message queue per SINT holds at most this many undelivered messages.
-    static constexpr size_t kQueueLimit = 4096;
+    // Undelivered messages held for all VPs and SINTs together: a guest that keeps its
+    // SIMP disabled while it makes the host answer cannot grow host memory past ~4 MiB.
+    // Far above what a guest with every controller and subchannel offered needs.
+    static constexpr size_t kMaxQueued = 16384;
 
     Synic(Host& host, uint32_t nr_vps);
 
     uint32_t nr_vps() const { return static_cast<uint32_t>(vps_.size()); }
+    Host& host() const { return host_; }
 
     // SCONTROL, SVERSION, SIEFP, SIMP, EOM and SINT0-15. NotOurs for other MSRs.
     MsrResult rdmsr(uint32_t vp, uint32_t msr, uint64_t& val);
@@ -52,7 +55,7 @@ public:
 
     // Queues a message for (vp, sint) and delivers it as soon as the slot is free.
     // Returns false only when vp or sint is out of range, the payload is too large or
-    // the queue is full; a message accepted here is never dropped.
+    // kMaxQueued messages are waiting; a message accepted here is never dropped.
     bool post_message(uint32_t vp, uint8_t sint, uint32_t type, std::span<const uint8_t> payload);
 
     // Sets event flag `flag` of `sint` in vp's SIEFP page and raises the SINT's vector.
@@ -88,6 +91,7 @@ private:
     Host& host_;
     mutable std::mutex mu_;
     std::vector<Vp> vps_;
+    size_t queued_ = 0; // messages in all queues
     SynicStats stats_;
 };
 

@@ -30,6 +30,7 @@ struct Distribution {
     DistKind kind = DistKind::Fixed;
     Nanos a = 0;
     Nanos b = 0;
+    bool operator==(const Distribution&) const = default;
 };
 
 // One set of caps: a disk's or a VM's. A rate of 0 leaves that dimension uncapped.
@@ -45,6 +46,7 @@ struct Caps {
     // Depth of the buckets as time at their rate (at least two accounting units): the most an
     // idle disk lets through at once before pacing starts.
     Nanos window = 1 * kMs;
+    bool operator==(const Caps&) const = default;
 };
 
 struct ModelConfig {
@@ -59,8 +61,9 @@ struct ModelConfig {
     double write_iops = 0, write_bytes_per_s = 0;
 
     // Service latency from issue to completion: the distribution of the operation, plus
-    // ns_per_kib x the data length (reads and writes), plus spike_latency with probability
-    // spike_prob. Discards and write-zeroes use the write distribution.
+    // ns_per_kib x the data length in KiB (reads and writes), plus spike_latency with
+    // probability spike_prob. Discards and write-zeroes use the write distribution. The sum
+    // saturates at 146 years, a latency that never ends.
     Distribution read_latency, write_latency, flush_latency;
     double ns_per_kib = 0;
     double spike_prob = 0;
@@ -80,19 +83,21 @@ struct ModelConfig {
 
     // Already applied to every rate and duration above; kept to report results scaled back.
     double time_scale = 1;
+    bool operator==(const ModelConfig&) const = default;
 };
 
 struct VmConfig {
     std::string profile;
     Caps caps;
     double time_scale = 1;
+    bool operator==(const VmConfig&) const = default;
 };
 
 // Parse "profile=premium-p10,iops=800,latency.read=lognormal:1.8ms:6ms,...". The profile is
 // applied first wherever it appears, then every other key in order (a repeated key: the last
-// wins), then time-scale. A value containing a comma writes it as ",,". On error: false and a
-// message naming the key and the reason; `out` is then unspecified. Never throws except
-// std::bad_alloc.
+// wins), then time-scale. A value containing a comma writes it as ",,". Each key's range and
+// default: docs/perf-model.md. On error: false and a message naming the key, the value and
+// what was expected; `out` is then unchanged. Never throws except std::bad_alloc.
 bool parse_model_config(std::string_view text, ModelConfig& out, std::string& err);
 bool parse_vm_config(std::string_view text, VmConfig& out, std::string& err);
 
@@ -104,7 +109,8 @@ std::vector<std::string> model_profile_names();
 std::vector<std::string> vm_profile_names();
 
 // Divides every rate and multiplies every duration by `factor` (> 0): outstanding IO counts
-// stay the same (Little's law), the experiment runs `factor` times slower.
+// stay the same (Little's law), the experiment runs `factor` times slower. Durations
+// saturate at 146 years.
 void apply_time_scale(ModelConfig& cfg, double factor);
 void apply_time_scale(VmConfig& cfg, double factor);
 

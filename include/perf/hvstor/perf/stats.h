@@ -36,13 +36,16 @@ struct Stats {
     Nanos now = 0;
     double time_scale = 1;
 
-    // Totals since creation, of completed IOs.
+    // Totals since creation. Of completed IOs (errors include requests refused at once):
     uint64_t ios = 0, reads = 0, writes = 0, flushes = 0, others = 0, errors = 0;
     uint64_t bytes_read = 0, bytes_written = 0;
-    uint64_t cost_units = 0;        // IOs as the IOPS caps count them (io_unit accounting)
+    LatencySummary latency;
+    // Of IOs past the disk's caps, as the IOPS caps count them (io_unit accounting):
+    uint64_t cost_units = 0;
+    // Of IOs issued to the inner backend, and the time they waited in the host (the total
+    // saturates at kNever):
     uint64_t issued = 0;
     Nanos throttle_total = 0, throttle_max = 0;
-    LatencySummary latency;
 
     // Now.
     uint32_t queued = 0;      // waiting in the host: for the disk's caps, the outstanding

@@ -23,8 +23,9 @@ public:
     const VmConfig& config() const { return cfg_; }
 
     // The earliest time at or after `now` at which an IO costing `units` IOs and `bytes`
-    // bytes passes, after every IO reserved before it; it is counted as passing then.
-    // Every disk sharing this object must use the same clock.
+    // bytes passes, after every IO reserved before it; it is counted as passing then. kNever
+    // when that is more than 146 years ahead: it never passes. Every disk sharing this object
+    // must use the same clock.
     virtual Nanos reserve(double units, double bytes, Nanos now) = 0;
     virtual Credits credits(Nanos now) = 0;
 

@@ -88,6 +88,7 @@ private:
     DiskConfig cfg_;
     CommandSink& sink_;
     DiskStats stats_;
+    std::atomic<uint32_t> pattern_writes_{0}; // see detail::Target
 };
 
 // Helpers for the controller: answers for a LUN with no disk behind it (INQUIRY gets

@@ -28,7 +28,18 @@ struct ControllerConfig {
     // not read (the guest sees a full ring and requeues), never dropped.
     uint32_t max_outstanding_per_channel = 256;
     uint16_t max_protocol_version = kVersionWin10;
+    // How guest-error lines name the controller ("hv-storvsc scsi0").
+    std::string name = "storvsp";
 };
+
+// Each queue preallocates its request pool (outstanding x the largest transfer's page list),
+// so the product of the three settings is host memory: bounded here, at configuration time.
+constexpr uint64_t kMaxPreallocatedBytes = 512ull << 20;
+// Host memory a controller allocates once the guest has opened every subchannel.
+uint64_t preallocated_bytes(const ControllerConfig& cfg);
+// False with a message naming the setting when a value is out of range or the product
+// above exceeds kMaxPreallocatedBytes. Controller::start() refuses such a configuration.
+bool validate(const ControllerConfig& cfg, std::string& err);
 
 struct ControllerStats {
     std::atomic<uint64_t> srbs{0};
@@ -53,6 +64,8 @@ public:
     // LUN table (target 0, channel/path 0). Attaching or detaching while the guest is
     // connected tells it to rescan (ENUMERATE_BUS).
     bool attach(uint8_t lun, scsi::Disk* disk, std::string& err);
+    // When it returns, no channel worker submits to the disk any more (commands already
+    // submitted still complete: drain the disk's backend before freeing it).
     void detach(uint8_t lun);
 
     const ControllerConfig& config() const { return cfg_; }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "hvstor/guest_log.h"
 #include "hvstor/host.h"
 #include "hvstor/vmbus/bus.h"
 #include "hvstor/vmbus/ring.h"
@@ -76,13 +77,14 @@ public:
     void stop();
 
 private:
-    ChannelRuntime(const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler);
+    ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler);
     void run();
     bool pump();  // one round; returns true if it did anything
     void signal_guest();
 
     GuestSignal signal_;
     uint32_t relid_;
+    GuestErrorLog log_; // worker thread only
     std::atomic<uint32_t> target_vp_;
     IncomingRing in_;
     OutgoingRing out_;

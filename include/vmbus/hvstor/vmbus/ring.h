@@ -83,7 +83,8 @@ public:
     // consuming it, and its descriptor into `desc`. The descriptor is read from guest
     // memory once: `desc` is the copy that was checked, and out's first 16 bytes hold
     // the same copy, never a second read the guest could have changed in between.
-    // Corrupt: the guest's indices or descriptor are impossible.
+    // Corrupt: the guest's indices or descriptor are impossible (`desc` holds an impossible
+    // descriptor as read, for the report).
     Status peek(PacketDescriptor& desc, std::vector<uint8_t>& out);
     // Moves past the packet last peeked. Visible to the guest after commit().
     void consume();

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "hvstor/guest_log.h"
 #include "hvstor/hyperv/partition.h"
 #include "hvstor/vmbus/bus.h"
 #include "hvstor/vmbus/guid.h"
@@ -116,6 +117,9 @@ private:
     void fail_gpadl(Gpadl& g, Outbox& out);
     void answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& out);
     void drop_connection_locked();
+    // A message the guest should not have sent: counted, and logged with its field and value.
+    [[gnu::format(printf, 2, 3)]] void bad(const char* fmt, ...);
+    const char* open_refusal(const OpenChannel& req) const;
     OfferChannel make_offer(const Offer& ch) const;
     Offer* find(uint32_t relid);
 
@@ -130,6 +134,7 @@ private:
     std::vector<std::pair<ChannelHandler*, uint32_t>> closing_;
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;
+    GuestErrorLog log_; // under mu_
 };
 
 } // namespace hvstor::vmbus
