@@ -48,55 +48,14 @@ std::string disk_name(const DiskSpec& spec) {
 
 } // namespace
 
-BackendGate::BackendGate(backend::Backend& inner)
-    : inner_(&inner), size_(inner.size()), block_size_(inner.block_size()), read_only_(inner.read_only()) {}
-
-std::string BackendGate::describe() const {
-    return closed() ? "detached" : inner_->describe();
-}
-
-void BackendGate::submit(std::span<backend::Request* const> reqs) {
-    // Announced before closed_ is read, and close() sets closed_ before it reads users_
-    // (both sequentially consistent): either close() waits for this call, or this call
-    // sees closed_.
-    users_.fetch_add(1);
-    if (!closed_.load()) {
-        inner_->submit(reqs);
-    } else {
-        for (backend::Request* r : reqs) {
-            r->result = -ENODEV;
-            r->done->complete(r);
-        }
-    }
-    if (users_.fetch_sub(1) == 1 && closed_.load()) users_.notify_all();
-}
-
-void BackendGate::drain() {
-    if (!closed()) inner_->drain();
-}
-
-void BackendGate::close() {
-    closed_.store(true);
-    for (uint32_t n = users_.load(); n != 0; n = users_.load()) users_.wait(n);
-}
-
 AttachedDisk::AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name)
     : ctl_(ctl), lun_(lun), name_(std::move(name)) {}
 
-AttachedDisk::~AttachedDisk() { retire(); }
-
-void AttachedDisk::retire() {
-    if (retired_) return;
-    retired_ = true;
-    // Off the LUN first: no new request finds the disk. A worker that found it before may
-    // still submit; the gate lets that reach the backend only until it is closed.
+AttachedDisk::~AttachedDisk() {
     if (attached_) ctl_.detach(lun_);
-    if (gate_) gate_->close();
     // The SCSI disk completes through the controller, so its I/O must be over before either
     // goes; the backend's destructor then has nothing left to wait for.
     if (backend_) backend_->drain();
-    model_ = nullptr;
-    backend_.reset();
 }
 
 std::string AttachedDisk::stats_json() {
@@ -158,8 +117,7 @@ std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, cons
     dc.serial = spec.serial;
     // The disk advertises what the controller accepts, so the guest never sends more.
     dc.max_transfer_bytes = ctl.config().max_transfer_bytes;
-    d->gate_ = std::make_unique<BackendGate>(*d->backend_);
-    d->disk_ = std::make_unique<scsi::Disk>(*d->gate_, dc, ctl);
+    d->disk_ = std::make_unique<scsi::Disk>(*d->backend_, dc, ctl);
     std::string err;
     if (!ctl.attach(spec.lun, d->disk_.get(), err)) throw DiskError(err);
     d->attached_ = true;

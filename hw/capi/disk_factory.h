@@ -5,7 +5,6 @@
 // ABI alone, and no layer below capi may depend on how devices are assembled.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -33,51 +32,18 @@ struct DiskSpec {
     std::string name;     // statistics and timeline; "" means "lun<N>"
 };
 
-// What the SCSI disk submits to: passes requests to the disk's backend until closed. After
-// close() it never touches that backend again and fails each request with -ENODEV, so the
-// backend can be freed while a channel worker may still hold the SCSI disk: storvsp looks
-// LUNs up without a lock, and a worker that found the disk just before it was detached may
-// submit to it afterwards.
-class BackendGate final : public backend::Backend {
-public:
-    explicit BackendGate(backend::Backend& inner);
-
-    uint64_t size() const override { return size_; }
-    uint32_t block_size() const override { return block_size_; }
-    bool read_only() const override { return read_only_; }
-    std::string describe() const override;
-    void submit(std::span<backend::Request* const> reqs) override;
-    // The backend's drain() while open; nothing to wait for once closed.
-    void drain() override;
-
-    // Returns once no submit() is inside the backend; later ones fail. The backend's own
-    // requests still run: drain it next.
-    void close();
-    bool closed() const { return closed_.load(); }
-
-private:
-    backend::Backend* inner_;
-    // Kept: the SCSI disk asks on every submit, also after close().
-    const uint64_t size_;
-    const uint32_t block_size_;
-    const bool read_only_;
-    std::atomic<bool> closed_{false};
-    std::atomic<uint32_t> users_{0};  // submit() calls in progress
-};
-
-// A disk on a LUN, with everything it is built from. It must go before its controller.
+// A disk on a LUN, with everything it is built from. Destroying it detaches the LUN (which
+// returns once no channel worker can still hold the disk), then waits for the I/O the disk
+// still has in its backend; it must go before its controller.
 class AttachedDisk {
 public:
-    // retire(), if not done, and frees the rest: only once no channel worker can hold the
-    // SCSI disk (never attached, or the controller's channels are stopped).
     ~AttachedDisk();
     AttachedDisk(const AttachedDisk&) = delete;
     AttachedDisk& operator=(const AttachedDisk&) = delete;
 
     const std::string& name() const { return name_; }
     uint8_t lun() const { return lun_; }
-    // What the SCSI disk submits to (through the gate): the model when there is one, else
-    // the storage. Not after retire().
+    // What the SCSI disk submits to: the model when there is one, else the storage.
     backend::Backend& backend() { return *backend_; }
     perf::ModelBackend* model() { return model_; }  // null without perf settings
     const scsi::Disk& scsi() const { return *disk_; }
@@ -85,14 +51,6 @@ public:
     // Live statistics as one JSON object: the model's when there is one, else the SCSI
     // disk's counters.
     std::string stats_json();
-
-    // Takes the disk off its LUN (the guest is told to rescan), closes the gate, waits until
-    // none of its requests is left in the backend, and frees the backend and model. The
-    // SCSI disk and the gate stay, for a channel worker that may still hold the disk: the
-    // object must be kept until the controller's workers are gone. Once; later calls do
-    // nothing. Allocates nothing.
-    void retire();
-    bool retired() const { return retired_; }
 
 private:
     friend class DiskFactory;
@@ -103,10 +61,8 @@ private:
     const std::string name_;
     std::unique_ptr<backend::Backend> backend_;
     perf::ModelBackend* model_ = nullptr;  // backend_.get() when modelled
-    std::unique_ptr<BackendGate> gate_;    // over backend_
-    std::unique_ptr<scsi::Disk> disk_;     // over gate_
+    std::unique_ptr<scsi::Disk> disk_;
     bool attached_ = false;
-    bool retired_ = false;
 };
 
 // Why a disk could not be built, in words for the user: bad settings name the setting.

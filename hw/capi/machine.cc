@@ -56,14 +56,9 @@ ScsiController::ScsiController(Machine& machine, const vmbus::Guid& instance, co
 }
 
 ScsiController::~ScsiController() {
-    // Disks complete their I/O through the controller: they are retired first. A worker may
-    // still hold a retired SCSI disk until the controller has stopped its channels; the
-    // disks are freed after that, with the members.
-    {
-        std::lock_guard lock(mu_);
-        for (auto& d : disks_) d->retire();
-    }
-    ctl_.reset();
+    // Disks complete their I/O through the controller: they go first.
+    std::lock_guard lock(mu_);
+    disks_.clear();
 }
 
 AttachedDisk& ScsiController::add_disk(const DiskSpec& spec) {
@@ -74,23 +69,21 @@ AttachedDisk& ScsiController::add_disk(const DiskSpec& spec) {
 }
 
 void ScsiController::remove_disk(const AttachedDisk* disk) {
-    std::lock_guard lock(mu_);
-    auto it = std::find_if(disks_.begin(), disks_.end(), [&](const auto& d) { return d.get() == disk; });
-    if (it == disks_.end()) throw std::invalid_argument("the disk is not on this controller (removed already?)");
-    retired_.reserve(retired_.size() + 1);  // the only step that may fail, before any change
-    (*it)->retire();                        // waits for the disk's I/O
-    retired_.push_back(std::move(*it));
-    disks_.erase(it);
+    std::unique_ptr<AttachedDisk> gone;
+    {
+        std::lock_guard lock(mu_);
+        auto it = std::find_if(disks_.begin(), disks_.end(), [&](const auto& d) { return d.get() == disk; });
+        if (it == disks_.end()) throw std::invalid_argument("the disk is not on this controller (removed already?)");
+        gone = std::move(*it);
+        disks_.erase(it);
+    }
+    // Outside the lock: detaching waits for the channel workers, then for the disk's I/O.
+    gone.reset();
 }
 
 size_t ScsiController::disk_count() {
     std::lock_guard lock(mu_);
     return disks_.size();
-}
-
-size_t ScsiController::retired_count() {
-    std::lock_guard lock(mu_);
-    return retired_.size();
 }
 
 Machine::Machine(Host& host, const MachineConfig& cfg)

@@ -48,8 +48,6 @@ class ScsiController {
 public:
     // Throws ConfigError for settings out of range, std::runtime_error when the offer fails.
     ScsiController(Machine& machine, const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg);
-    // Disks are retired first, then the controller stops its channels' workers, then the
-    // disks are freed.
     ~ScsiController();
     ScsiController(const ScsiController&) = delete;
     ScsiController& operator=(const ScsiController&) = delete;
@@ -61,21 +59,17 @@ public:
     AttachedDisk& add_disk(const DiskSpec& spec);
 
     // Hot removal: takes `disk` off its LUN (the guest is told to rescan), waits for its I/O
-    // and frees its backend (AttachedDisk::retire). The SCSI disk object, which a channel
-    // worker may still hold, stays until the controller goes. Throws std::invalid_argument
-    // when `disk` is not one of this controller's disks (never added, or removed already);
-    // nothing changes then.
+    // and frees it. Throws std::invalid_argument when `disk` is not one of this controller's
+    // disks (never added, or removed already); nothing changes then.
     void remove_disk(const AttachedDisk* disk);
 
-    size_t disk_count();     // attached
-    size_t retired_count();  // removed, kept until the controller goes
+    size_t disk_count();
 
 private:
     Machine& machine_;
     std::unique_ptr<storvsp::Controller> ctl_;
-    std::mutex mu_;  // disks_, retired_: the glue may realize devices from more than one thread
+    std::mutex mu_;  // disks_: the glue may realize devices from more than one thread
     std::vector<std::unique_ptr<AttachedDisk>> disks_;
-    std::vector<std::unique_ptr<AttachedDisk>> retired_;
 };
 
 // Throws ConfigError unless the settings are ones a controller can run with.
