@@ -118,11 +118,12 @@ typedef struct HvstorDiskConfig {
  */
 HvstorDisk *hvstor_disk_new(HvstorController *c, const HvstorDiskConfig *cfg, char **err);
 /*
- * Hot removal: takes d off its LUN (the guest is told to rescan), waits until none of
- * its requests is left in its backend, and frees it; d is invalid afterwards. Blocks
- * for as long as that I/O takes, but never on the guest. NULL d: nothing to do, true.
- * False with a message in *err (free() it) when d is not a disk of c (for example
- * freed already); nothing changes then.
+ * Hot removal: takes d off its LUN (the guest is told to rescan), waits until no channel
+ * worker can still reach it and none of its requests is left in its backend, and frees
+ * it; d is invalid afterwards. Blocks for as long as that takes (the workers' current
+ * batches and the disk's I/O), never on the guest. NULL d: nothing to do, true. False
+ * with a message in *err (free() it) when d is not one of c's disks, e.g. a disk of
+ * another controller; nothing changes then.
  */
 bool hvstor_disk_free(HvstorController *c, HvstorDisk *d, char **err);
 /*
