@@ -4,7 +4,7 @@
 #   scripts/boot.sh --qemu PATH [--kernel NAME|PATH] [--modules DIR] [--vcpus N] [--mem SIZE]
 #                   [--cmd 'shell command'] [--timeout SECONDS] [--log FILE]
 #                   [--append 'kernel args'] [--wait-disks N] [--ko FILE]...
-#                   [--results DIR] [-- extra qemu args...]
+#                   [--results DIR] [--qmp PATH] [-- extra qemu args...]
 #
 #   --kernel      debian-6.12 (default), debian-6.1, or a bzImage path (see guest-assets.sh)
 #   --modules     lib/modules/<version> tree for a bzImage path
@@ -21,6 +21,10 @@
 #   --results     results channel: a second serial port (guest /dev/ttyS1) backed by a file;
 #                 the command writes files under $HVSTOR_RESULTS in the guest and they are
 #                 unpacked into DIR after QEMU exits (with .exit-status). With --cmd only.
+#   --qmp         a QMP server on the unix socket PATH while the guest runs (QEMU does not
+#                 wait for a client): e.g. qom-get path=/machine/peripheral/ID property=stats
+#                 for an hv-disk's statistics, or device_add/device_del of hv-disk. PATH
+#                 must not exist, or be a stale socket; it is removed when QEMU ends.
 #   -- ...        passed to QEMU as they are (for example -device hv-storvsc,...)
 #
 # Exit status: the guest command's; 124 when the timeout hit; 125 when the guest panicked,
@@ -45,6 +49,7 @@ APPEND=''
 WAIT_DISKS=0
 KO_ARGS=()
 RESULTS=''
+QMP=''
 EXTRA=()
 
 need_arg() { [ "$2" -ge 2 ] || die "$1 needs a value (see --help)"; }
@@ -62,6 +67,7 @@ while [ $# -gt 0 ]; do
     --wait-disks) need_arg "$1" $#; WAIT_DISKS=$2; shift 2 ;;
     --ko)         need_arg "$1" $#; KO_ARGS+=(--ko "$2"); shift 2 ;;
     --results)    need_arg "$1" $#; RESULTS=$2; shift 2 ;;
+    --qmp)        need_arg "$1" $#; QMP=$2; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage ;;
     *) printf '[hvstor] error: unknown argument: %s\n' "$1" >&2; usage ;;
@@ -76,6 +82,13 @@ fi
 [[ $VCPUS =~ ^[1-9][0-9]*$ ]] || die "--vcpus wants a positive number, got '$VCPUS'"
 [[ $WAIT_DISKS =~ ^[0-9]+$ ]] || die "--wait-disks wants a number, got '$WAIT_DISKS'"
 [[ $MEM =~ ^[1-9][0-9]*[MGmg]?$ ]] || die "--mem wants a size such as 1G or 512M, got '$MEM'"
+if [ -n "$QMP" ]; then
+  # QEMU removes whatever is at the path before it listens: never a file of the user's.
+  [ ! -e "$QMP" ] || [ -S "$QMP" ] || die "--qmp: $QMP exists and is not a socket"
+  [ -d "$(dirname "$QMP")" ] || die "--qmp: no directory $(dirname "$QMP")"
+  [ "${#QMP}" -le 107 ] || die "--qmp: socket paths are limited to 107 bytes: $QMP"
+  [[ $QMP != *,* ]] || die "--qmp: the path must not contain a comma: $QMP"
+fi
 if [ -n "$TIMEOUT" ]; then
   [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "--timeout wants a positive number of seconds, got '$TIMEOUT'"
 elif [ "$HAVE_CMD" = 1 ]; then
@@ -103,6 +116,7 @@ QPID=''
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
   if [ -n "$QPID" ] && kill -0 "$QPID" 2>/dev/null; then kill "$QPID" 2>/dev/null || true; fi
+  if [ -n "$QMP" ] && [ -S "$QMP" ]; then rm -f "$QMP"; fi
   rm -rf "$RUN_DIR"
 }
 trap cleanup EXIT
@@ -134,6 +148,7 @@ QARGS=(-machine q35 -accel tcg -cpu max -smp "$VCPUS" -m "$MEM"
 for fw in /usr/share/seabios /usr/share/qemu; do
   [ ! -d "$fw" ] || QARGS+=(-L "$fw")
 done
+[ -z "$QMP" ] || QARGS+=(-qmp "unix:$QMP,server=on,wait=off")
 
 if [ "$HAVE_CMD" = 0 ]; then
   # Interactive: the console on this terminal, with QEMU's monitor muxed in (Ctrl-A C).

@@ -114,6 +114,11 @@ bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
         [](const char*) { return false; });
 }
 
+char* hvstor_vmbus_versions(void) {
+    return guarded([] { return hvstor::capi::dup_message(hvstor::capi::known_versions().c_str()); },
+                   [](const char*) -> char* { return nullptr; });
+}
+
 HvstorVmbus* hvstor_vmbus_new(const HvstorHostOps* ops, uint32_t nr_vps, uint16_t port, uint32_t max_version,
                               char** err) {
     return guarded(
@@ -196,8 +201,19 @@ HvstorDisk* hvstor_disk_new(HvstorController* c, const HvstorDiskConfig* cfg, ch
         fail_with(err, nullptr));
 }
 
+bool hvstor_disk_free(HvstorController* c, HvstorDisk* d, char** err) {
+    return guarded(
+        [&] {
+            if (!d) return true;
+            if (!c) throw std::invalid_argument("no controller");
+            to_cpp(c)->remove_disk(to_cpp(d));
+            return true;
+        },
+        fail_with(err, false));
+}
+
 char* hvstor_disk_stats_json(HvstorDisk* d) {
-    return guarded([&] { return hvstor::capi::dup_message(to_cpp(d)->stats_json().c_str()); },
+    return guarded([&] { return d ? hvstor::capi::dup_message(to_cpp(d)->stats_json().c_str()) : nullptr; },
                    [](const char*) -> char* { return nullptr; });
 }
 

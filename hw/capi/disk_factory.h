@@ -32,8 +32,9 @@ struct DiskSpec {
     std::string name;     // statistics and timeline; "" means "lun<N>"
 };
 
-// A disk on a LUN, with everything it is built from. Destroying it detaches the LUN and
-// waits for the I/O the disk still has in its backend; it must go before its controller.
+// A disk on a LUN, with everything it is built from. Destroying it detaches the LUN (which
+// returns once no channel worker can still hold the disk), then waits for the I/O the disk
+// still has in its backend; it must go before its controller.
 class AttachedDisk {
 public:
     ~AttachedDisk();

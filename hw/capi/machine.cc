@@ -12,8 +12,7 @@ hv::PartitionConfig partition_config(const MachineConfig& cfg) {
     if (cfg.nr_vps == 0 || cfg.nr_vps > 4096) throw ConfigError("vCPU count must be 1..4096");
     const auto& known = vmbus::version::kAll;
     if (std::find(std::begin(known), std::end(known), cfg.max_version) == std::end(known))
-        throw ConfigError("VMBus version " + std::to_string(cfg.max_version >> 16) + "." +
-                          std::to_string(cfg.max_version & 0xFFFF) + " is not one this server speaks");
+        throw ConfigError("VMBus version " + version_text(cfg.max_version) + " is not one this server speaks");
     return hv::PartitionConfig{cfg.nr_vps, cfg.hypercall_port};
 }
 
@@ -29,6 +28,19 @@ const storvsp::ControllerConfig& checked(const storvsp::ControllerConfig& cfg) {
 }
 
 } // namespace
+
+std::string version_text(uint32_t version) {
+    return std::to_string(version >> 16) + "." + std::to_string(version & 0xFFFF);
+}
+
+std::string known_versions() {
+    std::string s;
+    for (uint32_t v : vmbus::version::kAll) {
+        if (!s.empty()) s += ' ';
+        s += version_text(v);
+    }
+    return s;
+}
 
 void check_controller_config(const storvsp::ControllerConfig& cfg) {
     std::string err;
@@ -54,6 +66,24 @@ AttachedDisk& ScsiController::add_disk(const DiskSpec& spec) {
     std::lock_guard lock(mu_);
     disks_.push_back(std::move(disk));
     return *disks_.back();
+}
+
+void ScsiController::remove_disk(const AttachedDisk* disk) {
+    std::unique_ptr<AttachedDisk> gone;
+    {
+        std::lock_guard lock(mu_);
+        auto it = std::find_if(disks_.begin(), disks_.end(), [&](const auto& d) { return d.get() == disk; });
+        if (it == disks_.end()) throw std::invalid_argument("the disk is not on this controller (removed already?)");
+        gone = std::move(*it);
+        disks_.erase(it);
+    }
+    // Outside the lock: detaching waits for the channel workers, then for the disk's I/O.
+    gone.reset();
+}
+
+size_t ScsiController::disk_count() {
+    std::lock_guard lock(mu_);
+    return disks_.size();
 }
 
 Machine::Machine(Host& host, const MachineConfig& cfg)

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +23,11 @@
 #include "hvstor/vmbus/server.h"
 
 namespace hvstor::capi {
+
+// "5.3" for vmbus::version::kV5_3.
+std::string version_text(uint32_t version);
+// The versions the server speaks, newest first: "5.3 5.2 5.1 5.0 4.1 4.0 3.0 2.4".
+std::string known_versions();
 
 struct MachineConfig {
     uint32_t nr_vps = 1;          // 1..4096
@@ -51,6 +57,13 @@ public:
     // Builds a disk with the machine's DiskFactory and keeps it until the controller goes.
     // Throws DiskError.
     AttachedDisk& add_disk(const DiskSpec& spec);
+
+    // Hot removal: takes `disk` off its LUN (the guest is told to rescan), waits for its I/O
+    // and frees it. Throws std::invalid_argument when `disk` is not one of this controller's
+    // disks (never added, or removed already); nothing changes then.
+    void remove_disk(const AttachedDisk* disk);
+
+    size_t disk_count();
 
 private:
     Machine& machine_;

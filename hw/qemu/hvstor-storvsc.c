@@ -7,14 +7,19 @@
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
  *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G
  *
+ * Disks can be added and removed while the guest runs (QMP device_add and
+ * device_del of hv-disk); the guest is told to rescan its bus each time.
+ *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
+#include "qemu/error-report.h"
 #include "qemu/module.h"
 #include "qemu/uuid.h"
 #include "qapi/error.h"
 #include "hw/boards.h"
 #include "hw/isa/isa.h"
+#include "hw/hotplug.h"
 #include "hw/qdev-core.h"
 #include "hw/qdev-properties.h"
 #include "hw/qdev-properties-system.h"
@@ -98,6 +103,8 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
         return;
     }
     qbus_init(&s->bus, sizeof(s->bus), TYPE_HV_SCSI_BUS, dev, NULL);
+    /* The bus plugs and unplugs its own disks (see hv_scsi_bus_class_init). */
+    qbus_set_bus_hotplug_handler(&s->bus);
 }
 
 static const Property hv_storvsc_props[] = {
@@ -148,6 +155,24 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
     }
 }
 
+/*
+ * Hot removal, and a disk whose device goes away: off its LUN (the guest is told
+ * to rescan), its in-flight I/O waited for, then freed. Blocks only on the disk's
+ * own backend, never on the guest.
+ */
+static void hv_disk_unrealize(DeviceState *dev)
+{
+    HvDisk *d = HV_DISK(dev);
+    HvStorvsc *ctl = HV_STORVSC(qdev_get_parent_bus(dev)->parent);
+    char *err = NULL;
+
+    if (d->disk && !hvstor_disk_free(ctl->ctl, d->disk, &err)) {
+        error_report("hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
+        free(err);
+    }
+    d->disk = NULL;
+}
+
 static const Property hv_disk_props[] = {
     DEFINE_PROP_UINT8("lun", HvDisk, lun, 0),
     DEFINE_PROP_STRING("backend", HvDisk, backend),
@@ -184,13 +209,22 @@ static void hv_disk_class_init(ObjectClass *klass, void *data)
     DeviceClass *dc = DEVICE_CLASS(klass);
 
     dc->realize = hv_disk_realize;
+    dc->unrealize = hv_disk_unrealize;
     dc->bus_type = TYPE_HV_SCSI_BUS;
     dc->desc = "SCSI disk on an hv-storvsc controller";
     dc->user_creatable = true;
-    dc->hotpluggable = false;
+    dc->hotpluggable = true;
     device_class_set_props(dc, hv_disk_props);
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
     object_class_property_add_str(klass, "stats", hv_disk_get_stats, NULL);
+}
+
+/* Plugging needs nothing beyond realize; unplugging is unrealize, at once. */
+static void hv_scsi_bus_class_init(ObjectClass *klass, void *data)
+{
+    HotplugHandlerClass *hc = HOTPLUG_HANDLER_CLASS(klass);
+
+    hc->unplug = qdev_simple_device_unplug_cb;
 }
 
 static const TypeInfo hv_storvsc_types[] = {
@@ -204,6 +238,11 @@ static const TypeInfo hv_storvsc_types[] = {
         .name = TYPE_HV_SCSI_BUS,
         .parent = TYPE_BUS,
         .instance_size = sizeof(BusState),
+        .class_init = hv_scsi_bus_class_init,
+        .interfaces = (InterfaceInfo[]) {
+            { TYPE_HOTPLUG_HANDLER },
+            { }
+        },
     },
     {
         .name = TYPE_HV_DISK,

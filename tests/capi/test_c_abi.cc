@@ -153,6 +153,29 @@ TEST(CAbi, ParsesVmbusVersions) {
     EXPECT_FALSE(hvstor_parse_vmbus_version(nullptr, &v));
 }
 
+// The glue names the versions in its error message from this list, not from a copy.
+TEST(CAbi, VersionListIsTheServersAndParsesBack) {
+    char* list = hvstor_vmbus_versions();
+    ASSERT_NE(list, nullptr);
+    const std::string text = list;
+    std::free(list);
+    EXPECT_EQ(text, "5.3 5.2 5.1 5.0 4.1 4.0 3.0 2.4");
+    // Each word is one of kAll, in kAll's order (newest first), and parses back to it.
+    size_t i = 0, at = 0;
+    while (at <= text.size()) {
+        size_t end = text.find(' ', at);
+        if (end == std::string::npos) end = text.size();
+        const std::string word = text.substr(at, end - at);
+        uint32_t v = 0;
+        ASSERT_LT(i, std::size(hvstor::vmbus::version::kAll)) << word;
+        EXPECT_TRUE(hvstor_parse_vmbus_version(word.c_str(), &v)) << word;
+        EXPECT_EQ(v, hvstor::vmbus::version::kAll[i]) << word;
+        i++;
+        at = end + 1;
+    }
+    EXPECT_EQ(i, std::size(hvstor::vmbus::version::kAll));
+}
+
 TEST(CAbi, VmbusSettingsAreChecked) {
     TestHost host;
     HvstorHostOps ops = host.ops();
@@ -258,7 +281,54 @@ TEST_F(CAbiTest, ModelledDiskStatsComeFromTheModel) {
     EXPECT_NE(s.find(R"("iops":)"), std::string::npos) << s;
 }
 
-// No free function per controller or disk: the VMBus owns them (LeakSanitizer checks).
+// Hot removal: the LUN is free again, and a disk cannot be freed twice or through another
+// controller; every refusal comes back as a message.
+TEST_F(CAbiTest, DiskFreeDetachesTheLunAndRefusesBadHandles) {
+    HvstorController* c = controller();
+    uint8_t other_instance[16];
+    std::memcpy(other_instance, kInstance, 16);
+    other_instance[15] = 1;
+    char* err = nullptr;
+    HvstorController* other = hvstor_controller_new(vb, other_instance, &kController, &err);
+    ASSERT_NE(other, nullptr) << take(err);
+    HvstorDiskConfig d = ram(0);
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+
+    EXPECT_FALSE(hvstor_disk_free(other, disk, &err));
+    EXPECT_EQ(take(err), "the disk is not on this controller (removed already?)");
+    EXPECT_FALSE(hvstor_disk_free(nullptr, disk, &err));
+    EXPECT_EQ(take(err), "no controller");
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr) << "still attached after the refusals";
+    EXPECT_EQ(take(err), "lun 0 is already in use");
+
+    EXPECT_TRUE(hvstor_disk_free(c, disk, &err));
+    EXPECT_EQ(err, nullptr);
+    EXPECT_FALSE(hvstor_disk_free(c, disk, &err));
+    EXPECT_EQ(take(err), "the disk is not on this controller (removed already?)");
+    EXPECT_TRUE(hvstor_disk_free(c, nullptr, &err));
+
+    HvstorDisk* again = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(again, nullptr) << take(err);
+    char* json = hvstor_disk_stats_json(again);
+    ASSERT_NE(json, nullptr);
+    std::free(json);
+    EXPECT_TRUE(hvstor_disk_free(c, again, nullptr));
+    EXPECT_EQ(hvstor_disk_stats_json(nullptr), nullptr);
+}
+
+// A modelled disk's model goes with it too (LeakSanitizer checks).
+TEST_F(CAbiTest, ModelledDiskCanBeFreed) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(3, "m");
+    d.perf = "profile=premium-p10";
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    EXPECT_TRUE(hvstor_disk_free(c, disk, &err)) << take(err);
+}
+
+// Without hvstor_disk_free the VMBus frees its controllers and disks (LeakSanitizer checks).
 TEST(CAbi, FreeingTheVmbusFreesItsControllersAndDisks) {
     TestHost host;
     HvstorHostOps ops = host.ops();

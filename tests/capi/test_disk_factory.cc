@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -288,6 +289,22 @@ TEST_F(DiskFactoryTest, ModelledDisksShareTheMachinesVmCaps) {
 
 TEST_F(DiskFactoryTest, BadVmPerfSettingsAreRefused) {
     EXPECT_THROW(machine.set_vm_perf("profile=no-such-vm"), capi::ConfigError);
+}
+
+// Hot removal through the controller: the LUN is free again at once, and a disk that is
+// not the controller's (any more) is refused without a change.
+TEST_F(DiskFactoryTest, RemovedDiskFreesItsLun) {
+    capi::AttachedDisk& a = controller.add_disk(ram(4096, 0));
+    controller.add_disk(ram(4096, 1));
+    EXPECT_EQ(controller.disk_count(), 2u);
+    controller.remove_disk(&a);
+    EXPECT_EQ(controller.disk_count(), 1u);
+    EXPECT_THROW(controller.remove_disk(&a), std::invalid_argument);
+    EXPECT_THROW(controller.remove_disk(nullptr), std::invalid_argument);
+    EXPECT_EQ(controller.disk_count(), 1u);
+    capi::AttachedDisk& again = controller.add_disk(ram(4096, 0));
+    EXPECT_EQ(again.lun(), 0);
+    EXPECT_EQ(controller.disk_count(), 2u);
 }
 
 } // namespace

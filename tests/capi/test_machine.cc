@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "fake_guest.h"
 #include "fake_host.h"
@@ -57,6 +58,7 @@ protected:
     void serve(const capi::DiskSpec& spec) {
         capi::ScsiController& c =
             machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+        controller = &c;
         disk = &c.add_disk(spec);
         connect();
         ch = guest.open(c.controller().primary_relid(), kRings, 0x100);
@@ -83,8 +85,19 @@ protected:
         std::make_unique<capi::Machine>(host, capi::MachineConfig{2, 0x5A58});
     FakeGuest g{host, machine->partition()};
     FakeStorvsc guest{host, machine->partition(), g};
+    // The next completion that is not a rescan notice; counts the notices.
+    std::optional<FakeStorvsc::Completion> completion() {
+        for (;;) {
+            auto r = guest.wait(*ch);
+            if (!r || r->pkt.operation != uint32_t(Operation::EnumerateBus)) return r;
+            rescans++;
+        }
+    }
+
+    capi::ScsiController* controller = nullptr;
     capi::AttachedDisk* disk = nullptr;
     std::optional<FakeStorvsc::Chan> ch;
+    int rescans = 0;
 };
 
 TEST_F(MachineTest, AssembledDiskServesTheGuest) {
@@ -137,6 +150,59 @@ TEST_F(MachineTest, ResetDisconnectsTheGuest) {
     EXPECT_NE(machine->server().negotiated_version(), 0u);
     machine->reset();
     EXPECT_EQ(machine->server().negotiated_version(), 0u);
+}
+
+// Hot removal with the guest connected: the guest is told to rescan, the LUN answers as
+// absent, and a new disk can take it.
+TEST_F(MachineTest, RemovedDiskIsGoneForTheGuest) {
+    ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
+    auto r = rw(true, 0, kBuf);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+
+    controller->remove_disk(disk);
+    auto notice = guest.wait(*ch);
+    ASSERT_TRUE(notice);
+    EXPECT_EQ(notice->pkt.operation, uint32_t(Operation::EnumerateBus));
+    r = rw(false, 0, kBuf);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbInvalidLun) << "the guest removes a LUN that answers this";
+    EXPECT_EQ(controller->disk_count(), 0u);
+
+    disk = &controller->add_disk(ram(false));
+    notice = guest.wait(*ch);
+    ASSERT_TRUE(notice);
+    EXPECT_EQ(notice->pkt.operation, uint32_t(Operation::EnumerateBus));
+    r = rw(false, 0, kBuf);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+}
+
+// Removal while the guest has requests in flight on the LUN: a worker may have looked the
+// disk up just before it was detached, and the disk is freed as soon as removal returns.
+// Every request is still answered exactly once, as done or as an absent LUN; nothing
+// touches freed memory (ASan).
+TEST_F(MachineTest, RemovingADiskWithRequestsInFlight) {
+    ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
+    constexpr uint32_t kInFlight = 32;
+    for (int round = 0; round < 20; round++) {
+        std::set<uint64_t> want;
+        for (uint32_t i = 0; i < kInFlight; i++)
+            want.insert(guest.send_srb(*ch, rw10(i % 2, i * 8, 8), kBuf + i * 4096, 4096));
+        controller->remove_disk(disk);
+        while (!want.empty()) {
+            auto r = completion();
+            ASSERT_TRUE(r) << want.size() << " requests never completed in round " << round;
+            ASSERT_TRUE(want.erase(r->trans_id)) << "completed twice or never sent";
+            const uint8_t st = r->pkt.srb.srb_status & ~kSrbAutosenseValid;
+            EXPECT_TRUE(st == kSrbSuccess || st == kSrbInvalidLun) << int(st);
+        }
+        disk = &controller->add_disk(ram(false));
+    }
+    EXPECT_EQ(controller->disk_count(), 1u);
+    EXPECT_GT(rescans, 0);
+    // Torn down with the channel open.
+    machine.reset();
 }
 
 } // namespace

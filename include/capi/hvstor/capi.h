@@ -7,7 +7,8 @@
  *
  * Any function may be called from any thread while the objects it takes exist, except
  * hvstor_vmbus_free, which must not overlap any other call on that VMBus or on a
- * controller or disk it owns.
+ * controller or disk it owns, and hvstor_disk_free, which must not overlap any other
+ * call on that disk.
  */
 #ifndef HVSTOR_CAPI_H
 #define HVSTOR_CAPI_H
@@ -45,6 +46,11 @@ typedef struct HvstorVmbus HvstorVmbus;
 
 /* Parses "5.3" style VMBus versions; false for versions this server does not speak. */
 bool hvstor_parse_vmbus_version(const char *text, uint32_t *version);
+/*
+ * The versions this server speaks, newest first, as hvstor_parse_vmbus_version reads
+ * them: "5.3 5.2 ... 2.4" (malloc'd; free() it). NULL when out of memory.
+ */
+char *hvstor_vmbus_versions(void);
 
 /* NULL on failure, with a message in *err (free() it). */
 HvstorVmbus *hvstor_vmbus_new(const HvstorHostOps *ops, uint32_t nr_vps,
@@ -106,17 +112,30 @@ typedef struct HvstorDiskConfig {
 } HvstorDiskConfig;
 
 /*
- * NULL on failure, message in *err (free() it). The disk lives until its controller's
- * VMBus is freed.
+ * NULL on failure, message in *err (free() it). Attaching to a controller the guest is
+ * connected to tells the guest to rescan (hot plug). The disk lives until
+ * hvstor_disk_free or until its controller's VMBus is freed.
  */
 HvstorDisk *hvstor_disk_new(HvstorController *c, const HvstorDiskConfig *cfg, char **err);
+/*
+ * Hot removal: takes d off its LUN (the guest is told to rescan), waits until no channel
+ * worker can still reach it and none of its requests is left in its backend, and frees
+ * it; d is invalid afterwards. Blocks for as long as that takes (the workers' current
+ * batches and the disk's I/O), never on the guest. NULL d: nothing to do, true. False
+ * with a message in *err (free() it) when d is not one of c's disks, e.g. a disk of
+ * another controller; nothing changes then.
+ */
+bool hvstor_disk_free(HvstorController *c, HvstorDisk *d, char **err);
 /*
  * VM-level caps shared by the modelled disks created afterwards, e.g.
  * "profile=Standard_F32s_v2,time-scale=8". False with a message on bad settings.
  */
 bool hvstor_vmbus_set_vm_perf(HvstorVmbus *vb, const char *spec, char **err);
 
-/* The disk's live statistics as one JSON object (malloc'd; free() it); NULL on failure. */
+/*
+ * The disk's live statistics as one JSON object (malloc'd; free() it); NULL on failure
+ * or for a NULL disk.
+ */
 char *hvstor_disk_stats_json(HvstorDisk *d);
 
 #ifdef __cplusplus

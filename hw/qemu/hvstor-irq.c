@@ -1,0 +1,80 @@
+/*
+ * Interrupt delivery for the hv-storvsc device model: the raise_vector half of the
+ * Host (include/hvstor/capi.h). A vector goes to a VP's local APIC as a fixed MSI,
+ * from a vCPU thread at once, from a device thread through a bottom half.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu/osdep.h"
+#include "qemu/main-loop.h"
+#include "exec/address-spaces.h"
+#include "exec/memory.h"
+#include "hw/core/cpu.h"
+#include "cpu.h"
+#include "hvstor-internal.h"
+
+/* A fixed, edge-triggered MSI to the VP's local APIC. Needs the BQL. */
+static void send_vector(uint32_t vp, uint8_t vector)
+{
+    CPUState *cs = qemu_get_cpu(vp);
+
+    if (cs) {
+        address_space_stl_le(&address_space_memory,
+                             0xFEE00000ULL | ((uint64_t)X86_CPU(cs)->apic_id << 12),
+                             vector, MEMTXATTRS_UNSPECIFIED, NULL);
+    }
+}
+
+static void raise_bh(void *opaque)
+{
+    HvIrq *irq = opaque;
+
+    for (uint32_t vp = 0; vp < irq->nr_vps; vp++) {
+        for (int w = 0; w < 4; w++) {
+            uint64_t bits = qatomic_xchg(&irq->pending_vectors[vp * 4 + w], 0);
+            while (bits) {
+                int b = ctz64(bits);
+                bits &= bits - 1;
+                send_vector(vp, w * 64 + b);
+            }
+        }
+    }
+}
+
+void hv_irq_init(HvIrq *irq, uint32_t nr_vps)
+{
+    irq->nr_vps = nr_vps;
+    irq->pending_vectors = g_new0(uint64_t, (size_t)nr_vps * 4);
+    irq->bh = qemu_bh_new(raise_bh, irq);
+}
+
+void hv_irq_cleanup(HvIrq *irq)
+{
+    if (irq->bh) {
+        qemu_bh_delete(irq->bh);
+        irq->bh = NULL;
+    }
+    g_free(irq->pending_vectors);
+    irq->pending_vectors = NULL;
+    irq->nr_vps = 0;
+}
+
+/*
+ * vCPU threads hold the BQL and deliver at once. Device threads never wait for the
+ * BQL (a vCPU thread may hold it while waiting for them to stop a channel): they set
+ * the vector pending and a bottom half delivers it.
+ */
+void hv_irq_raise(void *opaque, uint32_t vp, uint8_t vector)
+{
+    HvIrq *irq = opaque;
+
+    if (vp >= irq->nr_vps) {
+        return;
+    }
+    if (bql_locked()) {
+        send_vector(vp, vector);
+        return;
+    }
+    qatomic_or(&irq->pending_vectors[vp * 4 + vector / 64], 1ULL << (vector % 64));
+    qemu_bh_schedule(irq->bh);
+}

@@ -1,0 +1,126 @@
+# Hot plug over QMP on a running stock 6.12 guest (2 vCPUs, one controller, one disk):
+# device_add of a second hv-disk shows up in the guest as a new sd device, fio writes and
+# verifies it, device_del takes it away again, and QEMU stays up and answers QMP. The host
+# and the guest take turns through markers on the console; every wait ends when its event
+# comes or QEMU ends (the guest bounds its polls by count), so the only clock is the boot
+# timeout.
+. "$(dirname "$0")/../boot-lib.sh"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK" "$OUT"' EXIT
+SOCK=$WORK/qmp.sock
+CONSOLE=$WORK/console.log
+
+read -r -d '' GUEST_CMD <<'SH'
+lun_dev() {
+  for d in /sys/block/sd*; do
+    [ -e "$d" ] || continue
+    a=$(basename "$(readlink "$d/device")")
+    [ "${a##*:}" = "$1" ] && basename "$d"
+  done
+}
+A=$(lun_dev 0)
+echo "FIRST ${A:-none}"
+echo "HOTPLUG-READY-FOR-ADD"
+n=0; B=
+while [ "$n" -lt 600 ]; do B=$(lun_dev 1); [ -n "$B" ] && break; sleep 0.5; n=$((n + 1)); done
+[ -n "$B" ] || { echo "NO-NEW-DISK after $n polls"; exit 1; }
+echo "NEW $B $(cat /sys/block/$B/size)"
+fio --name=hot --filename=/dev/$B --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite \
+    --bs=4k-64k --size=16M --verify=crc32c --verify_fatal=1 --output-format=normal >/tmp/fio.out 2>&1 \
+  || { cat /tmp/fio.out; echo "FIO-FAILED"; exit 1; }
+grep -E "err=|WRITE:" /tmp/fio.out
+echo "FIO-OK"
+echo "HOTPLUG-READY-FOR-DEL"
+n=0
+while [ "$n" -lt 600 ] && [ -e "/sys/block/$B" ]; do sleep 0.5; n=$((n + 1)); done
+[ ! -e "/sys/block/$B" ] || { echo "STILL-THERE $B after $n polls"; exit 1; }
+echo "GONE $B"
+dd if=/dev/zero of=/dev/$A bs=64k count=16 oflag=direct 2>/dev/null && echo "FIRST-STILL-WRITABLE"
+echo "LEFT $(ls /sys/block | grep '^sd' | tr '\n' ' ')"
+SH
+
+# The host's side: waits for the guest's markers on the console, drives QMP, prints what
+# it saw. Ends with status 0 when every step was answered as expected.
+read -r -d '' HOST_SIDE <<'PY'
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from qmp import Qmp, QmpError
+sock, console, boot_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def alive():
+    try:
+        os.kill(boot_pid, 0)
+        return True
+    except OSError:
+        return False
+
+def console_has(marker):
+    try:
+        with open(console, 'rb') as f:
+            return marker.encode() in f.read()
+    except FileNotFoundError:
+        return False
+
+def say(*words):
+    print(*words, flush=True)
+
+try:
+    q = Qmp.connect(sock, alive)
+    say('QMP-UP', q.command('query-status')['status'])
+    q.wait_until(lambda: console_has('HOTPLUG-READY-FOR-ADD'), alive)
+    q.command('device_add', driver='hv-disk', id='hot1', bus='scsi0.0', lun=1,
+              backend='ram', size=64 << 20)
+    say('ADDED hot1')
+    try:
+        q.command('device_add', driver='hv-disk', id='hot2', bus='scsi0.0', lun=1,
+                  backend='ram', size=64 << 20)
+        say('BAD-ADD-ACCEPTED')
+    except QmpError as e:
+        say('BAD-ADD-REFUSED', e)
+    q.wait_until(lambda: console_has('HOTPLUG-READY-FOR-DEL'), alive)
+    say('HOT1-STATS', q.command('qom-get', path='/machine/peripheral/hot1', property='stats'))
+    q.command('device_del', id='hot1')
+    q.wait_event('DEVICE_DELETED', lambda e: e['data'].get('device') == 'hot1')
+    say('DELETED hot1')
+    say('QMP-ALIVE', q.command('query-status')['status'])
+    disks = [p['name'] for p in q.command('qom-list', path='/machine/peripheral')
+             if p['type'] == 'child<hv-disk>']
+    say('HV-DISKS', ' '.join(sorted(disks)))
+    say('D0-STATS', q.command('qom-get', path='/machine/peripheral/d0', property='stats'))
+    q.close()
+except QmpError as e:
+    say('QMP-FAILED', e)
+    sys.exit(1)
+PY
+
+bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --kernel debian-6.12 --vcpus 2 --timeout 300 \
+  --wait-disks 1 --log "$CONSOLE" --qmp "$SOCK" --cmd "$GUEST_CMD" \
+  -- -device hv-storvsc,id=scsi0 \
+     -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=32M >"$OUT" 2>&1 &
+BOOT_PID=$!
+python3 -c "$HOST_SIDE" "$(dirname "$0")" "$SOCK" "$CONSOLE" "$BOOT_PID" >"$WORK/host.out" 2>&1
+HOST_RC=$?
+# A client that gave up leaves the guest waiting for it: end the boot (QEMU goes with it).
+[ "$HOST_RC" = 0 ] || kill "$BOOT_PID" 2>/dev/null
+BOOT_RC=0
+wait "$BOOT_PID" || BOOT_RC=$?
+sed 's/^/host: /' "$WORK/host.out" >>"$OUT"
+
+check "guest command finished" [ "$BOOT_RC" = 0 ]
+check "the QMP client got through every step" [ "$HOST_RC" = 0 ]
+check "QMP answers while the guest runs" has '^host: QMP-UP running$'
+check "the guest starts with one disk" has '^FIRST sd[a-z]+$'
+check "device_add of hv-disk accepted" has '^host: ADDED hot1$'
+check "a second disk on the same LUN is refused with a message" \
+  has '^host: BAD-ADD-REFUSED .*lun 1 is already in use'
+check "the guest sees the new 64 MiB disk" has '^NEW sd[a-z]+ 131072$'
+check "fio writes and verifies it" has '^FIO-OK$'
+check "its statistics count the writes" has '^host: HOT1-STATS .*"writes":[1-9]'
+check "device_del completes (DEVICE_DELETED)" has '^host: DELETED hot1$'
+check "the disk disappears from the guest" has '^GONE sd[a-z]+$'
+check "QEMU still answers QMP after the removal" has '^host: QMP-ALIVE running$'
+check "hot1 is gone from QEMU, d0 stays" has '^host: HV-DISKS d0$'
+check "the first disk still works" has '^FIRST-STILL-WRITABLE$'
+check "one disk left in the guest" has '^LEFT sd[a-z]+ $'
+grep -E '^(NEW|GONE|LEFT|host: (BAD-ADD|HOT1-STATS|DELETED|HV-DISKS))' "$OUT" | sed 's/^/  /'
+finish

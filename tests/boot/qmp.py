@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""A small QMP client (standard library only) for the boot tests.
+
+    q = Qmp.connect('/tmp/x/qmp.sock', alive=lambda: qemu_is_running)
+    q.command('device_add', driver='hv-disk', id='d1', bus='scsi0.0', ...)
+    q.wait_event('DEVICE_DELETED', lambda e: e['data'].get('device') == 'd1')
+
+Nothing here gives up on a clock: every wait ends when what it waits for arrives or when
+QEMU goes away (the socket closes, or alive() turns false), so the only time limit is
+the boot's own timeout, which ends QEMU.
+"""
+import json
+import os
+import socket
+import time
+
+
+class QmpError(Exception):
+    """QEMU answered a command with an error, or went away."""
+
+
+class Qmp:
+    POLL = 0.2  # seconds between looks while waiting; never a limit
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b''
+        self.events = []
+
+    @classmethod
+    def connect(cls, path, alive=lambda: True):
+        """Waits for QEMU to listen on path, then negotiates capabilities."""
+        while True:
+            if os.path.exists(path):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(path)
+                    break
+                except OSError:
+                    s.close()
+            if not alive():
+                raise QmpError('QEMU ended before its QMP socket ' + path + ' accepted a client')
+            time.sleep(cls.POLL)
+        q = cls(s)
+        greeting = q._read()
+        if 'QMP' not in greeting:
+            raise QmpError('no QMP greeting: %r' % greeting)
+        q.command('qmp_capabilities')
+        return q
+
+    def _read(self, timeout=None):
+        """The next message; None when nothing arrived within timeout (None: wait)."""
+        while b'\n' not in self.buf:
+            self.sock.settimeout(timeout)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                return None
+            if not chunk:
+                raise QmpError('QEMU closed the QMP connection')
+            self.buf += chunk
+        line, self.buf = self.buf.split(b'\n', 1)
+        return json.loads(line)
+
+    def command(self, name, **args):
+        """Runs a command; its 'return' value, or QmpError with QEMU's message."""
+        msg = {'execute': name}
+        if args:
+            msg['arguments'] = args
+        self.sock.sendall(json.dumps(msg).encode() + b'\n')
+        while True:
+            r = self._read()
+            if 'event' in r:
+                self.events.append(r)
+            elif 'error' in r:
+                raise QmpError('%s: %s' % (name, r['error'].get('desc', r['error'])))
+            elif 'return' in r:
+                return r['return']
+
+    def wait_event(self, name, match=lambda e: True):
+        """The first event called name (seen before or arriving now) that match() accepts."""
+        while True:
+            for i, e in enumerate(self.events):
+                if e['event'] == name and match(e):
+                    return self.events.pop(i)
+            r = self._read()
+            if 'event' in r:
+                self.events.append(r)
+
+    def wait_until(self, ready, alive=lambda: True):
+        """Returns once ready() is true, reading events meanwhile; QmpError when QEMU ends."""
+        while not ready():
+            if not alive():
+                raise QmpError('QEMU ended while waiting')
+            r = self._read(timeout=self.POLL)
+            if r is not None and 'event' in r:
+                self.events.append(r)
+
+    def close(self):
+        self.sock.close()
