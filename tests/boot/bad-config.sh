@@ -14,7 +14,7 @@ expect_refusal "only one hv-vmbus-bridge" -device hv-vmbus-bridge -device hv-vmb
 expect_refusal "instance.* doesn.t take value" -device hv-storvsc,instance=not-a-uuid
 expect_refusal "max-transfer must be" -device hv-storvsc,max-transfer=1000
 expect_refusal "hv-disk lun 0: .*nonexistent" -device hv-storvsc,id=s -device hv-disk,bus=s.0,file=/nonexistent/disk.img
-expect_refusal "size must be" -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=ram
+expect_refusal "backend=ram needs size=" -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=ram
 expect_refusal "backend must be file, ram or null" -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=tape,size=1M
 expect_refusal "give file=PATH" -device hv-storvsc,id=s -device hv-disk,bus=s.0
 expect_refusal "lun 2 is already in use" -device hv-storvsc,id=s \
