@@ -337,7 +337,7 @@ void Server::gpadl_header(std::span<const uint8_t> m, Outbox& out) {
     g.range_count = h.rangecount;
     g.expected_pfns = static_cast<uint32_t>(words - h.rangecount);
     g.range_data.resize(carried);
-    std::memcpy(g.range_data.data(), m.data() + sizeof h, carried * 8);
+    if (carried) std::memcpy(g.range_data.data(), m.data() + sizeof h, carried * 8); // all may come in bodies
     auto& stored = gpadls_[g.id] = std::move(g);
     if (stored.complete()) finish_gpadl(stored, out);
 }
