@@ -121,6 +121,14 @@ protected:
         return s;
     }
 
+    // LUN 0 becomes a disk whose requests wait until gated.release_all().
+    void gate_lun0() {
+        gated_disk = std::make_unique<scsi::Disk>(gated, scsi::DiskConfig{}, *ctl);
+        ctl->detach(0);
+        std::string err;
+        ASSERT_TRUE(ctl->attach(0, gated_disk.get(), err)) << err;
+    }
+
     static constexpr const char* kInstance = "f8b3781b-1e82-4818-a1c3-63d806ec1500";
     FakeHost host;
     hv::Partition p{host, hv::PartitionConfig{4, 0x5A58}};
@@ -130,10 +138,13 @@ protected:
     std::unique_ptr<backend::Backend> ram;
     std::unique_ptr<Controller> ctl;
     std::unique_ptr<scsi::Disk> disk;
+    GatedBackend gated;
+    std::unique_ptr<scsi::Disk> gated_disk;
 
     void TearDown() override {
-        ctl.reset(); // before the disk and backend it completes through
+        ctl.reset(); // before the disks and backends they complete through
         disk.reset();
+        gated_disk.reset();
     }
 };
 
@@ -408,11 +419,7 @@ TEST_F(StorvspTest, RingWrapsManyTimes) {
 }
 
 TEST_F(StorvspTest, OutstandingLimitAppliesBackPressureNeverDrops) {
-    GatedBackend gated;
-    scsi::Disk gd(gated, {}, *ctl);
-    std::string err;
-    ctl->detach(0);
-    ASSERT_TRUE(ctl->attach(0, &gd, err));
+    gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
     std::set<uint64_t> want;
@@ -500,11 +507,7 @@ TEST_F(StorvspTest, HotAddTellsTheGuestToRescan) {
 // read some, and every request is still answered exactly once.
 TEST_F(StorvspTest, RescanNoticeNeverTakesTheRoomOfAnOwedCompletion) {
     build({16, 256 * 1024, 4096, kVersionWin10}); // the ring, not the limit, bounds what is taken
-    GatedBackend gated;
-    scsi::Disk gd(gated, {}, *ctl);
-    std::string err;
-    ctl->detach(0);
-    ASSERT_TRUE(ctl->attach(0, &gd, err));
+    gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
     // As many completions as fit in the host-to-guest ring (one byte stays free).
@@ -522,6 +525,7 @@ TEST_F(StorvspTest, RescanNoticeNeverTakesTheRoomOfAnOwedCompletion) {
     for (int i = 0; i < 5000 && gated.held_count() < fit; i++) std::this_thread::sleep_for(1ms);
     ASSERT_EQ(gated.held_count(), fit) << "the host takes exactly as many as it can answer";
 
+    std::string err;
     auto r2 = backend::make_ram(1 << 20, err);
     scsi::Disk d2(*r2, {}, *ctl);
     ASSERT_TRUE(ctl->attach(1, &d2, err));
@@ -568,11 +572,7 @@ TEST_F(StorvspTest, RescanNoticeNeverTakesTheRoomOfAnOwedCompletion) {
 // A guest that moves its read index back takes away room the host had reserved: the
 // completions that no longer fit are held, not dropped, and sent once room is back.
 TEST_F(StorvspTest, CompletionsThatNoLongerFitAreHeldNotDropped) {
-    GatedBackend gated;
-    scsi::Disk gd(gated, {}, *ctl);
-    std::string err;
-    ctl->detach(0);
-    ASSERT_TRUE(ctl->attach(0, &gd, err));
+    gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
     std::set<uint64_t> want;

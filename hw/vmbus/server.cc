@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdarg>
-#include <cstdio>
 #include <cstring>
 
 namespace hvstor::vmbus {
@@ -35,12 +34,10 @@ Server::Server(hv::Synic& synic, const ServerConfig& cfg)
 
 void Server::bad(const char* fmt, ...) {
     stats_.bad_messages++;
-    char msg[200];
     va_list ap;
     va_start(ap, fmt);
-    std::vsnprintf(msg, sizeof msg, fmt, ap);
+    log_.vlog(fmt, ap);
     va_end(ap);
-    log_("%s", msg);
 }
 
 uint32_t Server::offer(const OfferInfo& offer) {

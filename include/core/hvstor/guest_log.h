@@ -21,6 +21,12 @@ public:
 
     // Not thread-safe: one reporter per thread (a channel's worker), or under a lock.
     [[gnu::format(printf, 2, 3)]] void operator()(const char* fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vlog(fmt, ap);
+        va_end(ap);
+    }
+    [[gnu::format(printf, 2, 0)]] void vlog(const char* fmt, va_list ap) {
         const auto now = std::chrono::steady_clock::now();
         if (now - window_ >= std::chrono::seconds(1)) {
             window_ = now;
@@ -32,10 +38,7 @@ public:
         }
         budget_--;
         char msg[256];
-        va_list ap;
-        va_start(ap, fmt);
         std::vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
         std::string line = prefix_ + msg;
         if (held_back_) {
             line += " (" + std::to_string(held_back_) + " more held back)";
