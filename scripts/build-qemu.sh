@@ -84,10 +84,12 @@ build_core_lib() {
 
 install_glue() {
   local dst=$SRC/hw/i386/hvstor f
-  for f in "$HVSTOR_ROOT"/hw/qemu/*.c "$HVSTOR_ROOT"/hw/qemu/*.h "$HVSTOR_ROOT"/hw/qemu/meson.build; do
+  for f in "$HVSTOR_ROOT"/hw/qemu/*.c "$HVSTOR_ROOT"/hw/qemu/*.h "$HVSTOR_ROOT"/hw/qemu/meson.build \
+           "$HVSTOR_ROOT"/hw/qemu/trace-events; do
     sync_file "$f" "$dst/$(basename "$f")"
   done
   sync_file "$HVSTOR_ROOT/include/capi/hvstor/capi.h" "$dst/include/hvstor/capi.h"
+  sync_file "$HVSTOR_ROOT/include/core/hvstor/trace_events.h" "$dst/include/hvstor/trace_events.h"
   # ninja does not see link_args inputs: relink by hand when the library changed.
   if ! cmp -s "$LIB_BUILD/libhvstor.a" "$dst/lib/libhvstor.a"; then
     sync_file "$LIB_BUILD/libhvstor.a" "$dst/lib/libhvstor.a"

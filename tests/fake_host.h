@@ -67,6 +67,28 @@ public:
         return false;
     }
 
+    struct Event {
+        HvstorTraceEvent ev;
+        std::vector<uint64_t> args;
+    };
+    void trace(HvstorTraceEvent ev, const uint64_t* args) override {
+        std::lock_guard lock(mu_);
+        static constexpr unsigned kArgs[] = {
+#define HVSTOR_FAKE_NARGS(name, nargs) nargs,
+            HVSTOR_TRACE_EVENTS(HVSTOR_FAKE_NARGS)
+#undef HVSTOR_FAKE_NARGS
+        };
+        events.push_back({ev, std::vector<uint64_t>(args, args + kArgs[ev])});
+    }
+    // The arguments of every `ev` traced so far, in order.
+    std::vector<std::vector<uint64_t>> traced(HvstorTraceEvent ev) {
+        std::lock_guard lock(mu_);
+        std::vector<std::vector<uint64_t>> out;
+        for (auto& e : events)
+            if (e.ev == ev) out.push_back(e.args);
+        return out;
+    }
+
     uint8_t* ram(uint64_t gpa) { return ram_.data() + gpa; }
     template <typename T> T load(uint64_t gpa) {
         T v;
@@ -77,6 +99,7 @@ public:
 
     std::vector<Irq> irqs;
     std::vector<std::string> guest_errors;
+    std::vector<Event> events;
     std::atomic<uint64_t> maps{0}, unmaps{0};
 
 private:

@@ -28,3 +28,11 @@ TEST(Json, NestedObjectsAndNumbers) {
 }
 
 TEST(Json, EmptyObject) { EXPECT_EQ(JsonWriter().done(), "{}"); }
+
+TEST(Json, ArraysOfObjects) {
+    JsonWriter w;
+    w.num("n", 2).begin_array("channels");
+    for (int i = 0; i < 2; i++) w.begin_element().num("index", i).end_object();
+    w.end_array().begin_array("none").end_array().str("after", "x");
+    EXPECT_EQ(w.done(), R"({"n":2,"channels":[{"index":0},{"index":1}],"none":[],"after":"x"})");
+}

@@ -211,7 +211,7 @@ TEST_F(StorvspTest, OutOfOrderAndUnknownPacketsGetErrorStatus) {
     r = guest.wait(c);
     ASSERT_TRUE(r);
     EXPECT_NE(r->pkt.status, kStatusSuccess);
-    EXPECT_GE(ctl->stats().bad_packets.load(), 4u);
+    EXPECT_GE(ctl->stats().bad_packets, 4u);
 }
 
 TEST_F(StorvspTest, InquiryPresentAndAbsentLun) {
@@ -369,7 +369,7 @@ TEST_F(StorvspTest, SubchannelsOnRequestThenRescindedWithPrimary) {
         sub_relid = o->child_relid;
     }
     EXPECT_EQ(indices, (std::set<uint16_t>{1, 2, 3}));
-    EXPECT_EQ(ctl->stats().subchannels_offered.load(), 3u);
+    EXPECT_EQ(ctl->stats().subchannels_offered, 3u);
 
     auto sc = guest.open(sub_relid, kSubRings, 0x200);
     ASSERT_TRUE(sc);
@@ -466,7 +466,7 @@ TEST_F(StorvspTest, FullCompletionRingWaitsForTheGuest) {
     int drained = 0, refills = 0;
     while (!want.empty()) {
         auto r = guest.wait(c, 2000ms);
-        ASSERT_TRUE(r) << want.size() << " requests never completed; srbs seen " << ctl->stats().srbs.load()
+        ASSERT_TRUE(r) << want.size() << " requests never completed; srbs seen " << ctl->stats().srbs
                        << ", guest signals " << guest.signals << ", out pending_send_sz " << c.in.load(12)
                        << ", in ring w/r " << c.out.load(0) << "/" << c.out.load(4) << " mask " << c.out.load(8);
         ASSERT_TRUE(want.erase(r->trans_id));

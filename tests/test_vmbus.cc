@@ -507,3 +507,37 @@ TEST_F(VmbusTest, GpadlHeaderWithEveryRangeWordInBodies) {
     EXPECT_EQ(c.gpadl, 9u);
     EXPECT_EQ(c.creation_status, kStatusSuccess);
 }
+
+// A user tracing with -trace 'hvstor_vmbus_*' sees the connection, the offer, the ring
+// GPADL and the open, each with the values the guest sent; and the bus statistics count them.
+TEST_F(VmbusTest, HandshakeIsTracedAndCounted) {
+    FakeChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_connect),
+              (std::vector<std::vector<uint64_t>>{{version::kV5_3, 0, 2}}));
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_offer), (std::vector<std::vector<uint64_t>>{{1, 0}}));
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_gpadl_create), (std::vector<std::vector<uint64_t>>{{1, 5, 66}}));
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_open), (std::vector<std::vector<uint64_t>>{{1, 5, 33, 0}}));
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_open_result), (std::vector<std::vector<uint64_t>>{{1, 0}}));
+    // Every message in and out: INITIATE_CONTACT, REQUEST_OFFERS, GPADL_HEADER and its
+    // bodies, OPENCHANNEL.
+    const auto in = host.traced(HVSTOR_TRACE_vmbus_msg_in);
+    ASSERT_GE(in.size(), 4u);
+    EXPECT_EQ(in.front()[1], uint64_t(MsgType::InitiateContact));
+    EXPECT_EQ(in.back()[1], uint64_t(MsgType::OpenChannel));
+    const ServerStats s = server.stats();
+    EXPECT_EQ(s.messages_in, in.size());
+    EXPECT_EQ(s.messages_out, host.traced(HVSTOR_TRACE_vmbus_msg_out).size());
+    EXPECT_EQ(s.offers, 1u);
+    EXPECT_EQ(s.open_channels, 1u);
+    EXPECT_EQ(s.gpadls, 1u);
+    EXPECT_EQ(s.version, version::kV5_3);
+
+    CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+    c.child_relid = 1;
+    g.post(0, 1, c);
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_close), (std::vector<std::vector<uint64_t>>{{1}}));
+    EXPECT_EQ(server.stats().open_channels, 0u);
+}

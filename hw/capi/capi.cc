@@ -30,6 +30,12 @@ public:
     void* map(uint64_t gpa, size_t len, bool writable) override { return ops_.map(ops_.opaque, gpa, len, writable); }
     void unmap(void* ptr, size_t len, bool written) override { ops_.unmap(ops_.opaque, ptr, len, written); }
     void raise_vector(uint32_t vp, uint8_t vector) override { ops_.raise_vector(ops_.opaque, vp, vector); }
+    void guest_error(const char* line) override {
+        if (ops_.guest_error) ops_.guest_error(ops_.opaque, line);
+    }
+    void trace(HvstorTraceEvent ev, const uint64_t* args) override {
+        if (ops_.trace) ops_.trace(ops_.opaque, ev, args);
+    }
 
 private:
     HvstorHostOps ops_;
@@ -64,6 +70,7 @@ hvstor::storvsp::ControllerConfig to_cpp(const HvstorControllerConfig& c) {
     cc.max_subchannels = c.max_subchannels;
     cc.max_transfer_bytes = c.max_transfer_bytes;
     cc.max_outstanding_per_channel = c.max_outstanding;
+    if (c.name && *c.name) cc.name = c.name;
     return cc;
 }
 
@@ -214,6 +221,16 @@ bool hvstor_disk_free(HvstorController* c, HvstorDisk* d, char** err) {
 
 char* hvstor_disk_stats_json(HvstorDisk* d) {
     return guarded([&] { return d ? hvstor::capi::dup_message(to_cpp(d)->stats_json().c_str()) : nullptr; },
+                   [](const char*) -> char* { return nullptr; });
+}
+
+char* hvstor_controller_stats_json(HvstorController* c) {
+    return guarded([&] { return c ? hvstor::capi::dup_message(to_cpp(c)->stats_json().c_str()) : nullptr; },
+                   [](const char*) -> char* { return nullptr; });
+}
+
+char* hvstor_vmbus_stats_json(HvstorVmbus* vb) {
+    return guarded([&] { return vb ? hvstor::capi::dup_message(vb->machine.stats_json().c_str()) : nullptr; },
                    [](const char*) -> char* { return nullptr; });
 }
 

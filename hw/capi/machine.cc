@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "hvstor/json.h"
+
 namespace hvstor::capi {
 
 namespace {
@@ -86,6 +88,23 @@ size_t ScsiController::disk_count() {
     return disks_.size();
 }
 
+std::string ScsiController::stats_json() const {
+    const storvsp::ControllerStats s = ctl_->stats();
+    JsonWriter w;
+    w.num("srbs", s.srbs).num("completions", s.completions).num("srb_errors", s.srb_errors);
+    w.num("bad_packets", s.bad_packets).num("subchannels_offered", s.subchannels_offered);
+    w.num("open_channels", s.open_channels).begin_array("channels");
+    for (const auto& c : s.channels) {
+        w.begin_element().num("index", uint32_t(c.index)).num("relid", c.relid).boolean("open", c.open);
+        w.num("packets_in", c.packets_in).num("packets_out", c.packets_out);
+        w.num("srbs", c.srbs).num("completions", c.completions).num("srb_errors", c.srb_errors);
+        w.num("bad_packets", c.bad_packets).num("guest_signals", c.guest_signals).num("interrupts", c.interrupts);
+        w.num("wakeups", c.wakeups).num("ring_full_waits", c.ring_full_waits).num("busy", c.busy);
+        w.num("outstanding", c.outstanding).num("max_outstanding", c.max_outstanding).end_object();
+    }
+    return w.end_array().done();
+}
+
 Machine::Machine(Host& host, const MachineConfig& cfg)
     : host_(host), partition_(host, partition_config(cfg)), server_(partition_.synic(), server_config(cfg)) {
     partition_.set_message_handler(&server_);
@@ -110,6 +129,20 @@ void Machine::set_vm_perf(std::string_view spec) {
     if (!limits) throw ConfigError(err);
     std::lock_guard lock(mu_);
     vm_limits_ = std::move(limits);
+}
+
+std::string Machine::stats_json() {
+    const vmbus::ServerStats v = server_.stats();
+    const hv::PartitionStats p = partition_.stats();
+    const hv::SynicStats sy = partition_.synic().stats();
+    JsonWriter w;
+    w.str("version", v.version ? version_text(v.version) : "").num("messages_in", v.messages_in);
+    w.num("messages_out", v.messages_out).num("bad_messages", v.bad_messages).num("send_failures", v.send_failures);
+    w.num("offers", v.offers).num("open_channels", v.open_channels).num("gpadls", v.gpadls);
+    w.num("hypercalls", p.hypercalls).num("hypercall_errors", p.hypercall_errors).num("msr_faults", p.msr_faults);
+    w.num("synic_messages", sy.messages_delivered).num("synic_messages_deferred", sy.messages_deferred);
+    w.num("synic_events", sy.events_signalled);
+    return w.done();
 }
 
 DiskFactory Machine::disk_factory() const {

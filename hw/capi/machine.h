@@ -65,6 +65,9 @@ public:
 
     size_t disk_count();
 
+    // Live statistics as JSON (hvstor_controller_stats_json).
+    std::string stats_json() const;
+
 private:
     Machine& machine_;
     std::unique_ptr<storvsp::Controller> ctl_;
@@ -94,6 +97,9 @@ public:
     // VM-level caps for the modelled disks created afterwards, from a property string such
     // as "profile=Standard_F32s_v2,time-scale=8". Throws ConfigError.
     void set_vm_perf(std::string_view spec);
+
+    // Live statistics of the bus as JSON (hvstor_vmbus_stats_json).
+    std::string stats_json();
 
     // Builds disks sharing this machine's VM caps (those set when it is called).
     DiskFactory disk_factory() const;

@@ -3,6 +3,7 @@
  *   hvstor-host.c  guest memory (read, write, atomic OR, map, unmap)
  *   hvstor-irq.c   vectors to VPs, from vCPU or device threads
  *   hvstor-kvm.c   MSR filter and CPUID leaves under KVM
+ *   hvstor-trace.c guest-error lines and trace events
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -14,6 +15,8 @@
 
 /* Fills the memory operations of ops; opaque and raise_vector are the caller's. */
 void hv_host_memory_ops(HvstorHostOps *ops);
+/* Fills guest_error (LOG_GUEST_ERROR) and trace (QEMU's trace backends) of ops. */
+void hv_host_log_ops(HvstorHostOps *ops);
 
 /* Vectors raised by device threads, delivered by a bottom half: 256 bits per VP. */
 typedef struct HvIrq {

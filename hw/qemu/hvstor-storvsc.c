@@ -10,6 +10,10 @@
  * Disks can be added and removed while the guest runs (QMP device_add and
  * device_del of hv-disk); the guest is told to rescan its bus each time.
  *
+ * Both have a "stats" property (JSON, for QMP qom-get): per channel for the
+ * controller, the disk's I/O for hv-disk. Guest protocol errors are logged as
+ * "hv-storvsc ID: relid N: ..." under -d guest_errors.
+ *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
@@ -68,10 +72,11 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     HvStorvsc *s = HV_STORVSC(dev);
     HvstorVmbus *vb = hv_vmbus_bridge_get(errp);
     MachineState *ms = MACHINE(qdev_get_machine());
-    HvstorControllerConfig cfg;
+    HvstorControllerConfig cfg = { 0 };
     uint8_t wire[16];
     QemuUUID le;
     char *err = NULL;
+    g_autofree char *name = NULL;
 
     if (!vb) {
         return;
@@ -96,6 +101,9 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
                               : s->max_subchannels;
     cfg.max_transfer_bytes = s->max_transfer;
     cfg.max_outstanding = s->max_outstanding;
+    name = dev->id ? g_strdup_printf("hv-storvsc %s", dev->id)
+                   : g_strdup_printf("hv-storvsc #%u", controller_count - 1);
+    cfg.name = name;
     s->ctl = hvstor_controller_new(vb, wire, &cfg, &err);
     if (!s->ctl) {
         error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
@@ -115,6 +123,22 @@ static const Property hv_storvsc_props[] = {
     DEFINE_PROP_UINT32("outstanding", HvStorvsc, max_outstanding, 256),
 };
 
+/* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */
+static char *hv_storvsc_get_stats(Object *obj, Error **errp)
+{
+    HvStorvsc *s = HV_STORVSC(obj);
+    char *json, *copy;
+
+    json = s->ctl ? hvstor_controller_stats_json(s->ctl) : NULL;
+    if (!json) {
+        error_setg(errp, "hv-storvsc: statistics unavailable");
+        return NULL;
+    }
+    copy = g_strdup(json);
+    free(json);
+    return copy;
+}
+
 static void hv_storvsc_class_init(ObjectClass *klass, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
@@ -125,6 +149,7 @@ static void hv_storvsc_class_init(ObjectClass *klass, void *data)
     dc->hotpluggable = false;
     device_class_set_props(dc, hv_storvsc_props);
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
+    object_class_property_add_str(klass, "stats", hv_storvsc_get_stats, NULL);
 }
 
 static void hv_disk_realize(DeviceState *dev, Error **errp)

@@ -133,6 +133,7 @@ static bool hv_vmbus_bridge_create(HvVmbusBridge *s, uint32_t nr_vps, uint32_t v
     char *err = NULL;
 
     hv_host_memory_ops(&ops);
+    hv_host_log_ops(&ops);
     hv_irq_init(&s->irq, nr_vps);
     s->vb = hvstor_vmbus_new(&ops, nr_vps, s->hypercall_port, version, &err);
     if (!s->vb) {
@@ -217,6 +218,22 @@ static void hv_vmbus_bridge_init(Object *obj)
     s->vmbus_version = g_strdup("5.3");
 }
 
+/* Live statistics (JSON) for QMP: qom-get path=/machine/hv-vmbus property=stats */
+static char *hv_vmbus_bridge_get_stats(Object *obj, Error **errp)
+{
+    HvVmbusBridge *s = HV_VMBUS_BRIDGE(obj);
+    char *json, *copy;
+
+    json = s->vb ? hvstor_vmbus_stats_json(s->vb) : NULL;
+    if (!json) {
+        error_setg(errp, "hv-vmbus-bridge: statistics unavailable");
+        return NULL;
+    }
+    copy = g_strdup(json);
+    free(json);
+    return copy;
+}
+
 static void hv_vmbus_bridge_class_init(ObjectClass *klass, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
@@ -228,6 +245,7 @@ static void hv_vmbus_bridge_class_init(ObjectClass *klass, void *data)
     dc->desc = "Hyper-V partition and VMBus server (hv-storvsc)";
     set_bit(DEVICE_CATEGORY_BRIDGE, dc->categories);
     adevc->build_dev_aml = hv_vmbus_bridge_build_aml;
+    object_class_property_add_str(klass, "stats", hv_vmbus_bridge_get_stats, NULL);
 }
 
 static const TypeInfo hv_vmbus_bridge_info = {
@@ -263,6 +281,8 @@ HvstorVmbus *hv_vmbus_bridge_get(Error **errp)
         return NULL;
     }
     dev = isa_new(TYPE_HV_VMBUS_BRIDGE);
+    /* A fixed QOM path for QMP: /machine/hv-vmbus. */
+    object_property_add_child(qdev_get_machine(), "hv-vmbus", OBJECT(dev));
     if (!isa_realize_and_unref(dev, isa, errp)) {
         return NULL;
     }

@@ -107,6 +107,22 @@ uint32_t Controller::open_channels() const {
     return n;
 }
 
+ControllerStats Controller::stats() const {
+    ControllerStats s;
+    s.subchannels_offered = subchannels_offered_.load();
+    std::lock_guard lock(mu_);
+    s.channels.reserve(channels_.size());
+    for (auto& c : channels_) {
+        const ChannelStatsSnapshot& q = s.channels.emplace_back(c->stats());
+        s.srbs += q.srbs;
+        s.completions += q.completions;
+        s.srb_errors += q.srb_errors;
+        s.bad_packets += q.bad_packets;
+        s.open_channels += q.open;
+    }
+    return s;
+}
+
 uint16_t Controller::create_subchannels(uint16_t n) {
     std::vector<Queue*> fresh;
     {
@@ -135,8 +151,9 @@ uint16_t Controller::create_subchannels(uint16_t n) {
         if (!relid) break;
         c->set_relid(relid);
         offered++;
-        stats_.subchannels_offered++;
+        subchannels_offered_++;
     }
+    trace<HVSTOR_TRACE_storvsp_subchannels>(host_, n, offered);
     return offered;
 }
 

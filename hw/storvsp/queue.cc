@@ -62,7 +62,7 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     state_ = InitState::Start;
     log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
-    runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, err);
+    runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err);
     return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
 }
 
@@ -121,8 +121,10 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
         VstorPacket p{};
         p.operation = static_cast<uint32_t>(Operation::EnumerateBus);
         if (ch.send(vmbus::PacketType::DataInband, 0, 0,
-                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), sizeof p)))
+                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), sizeof p))) {
             enumerate_ = false;
+            trace<HVSTOR_TRACE_storvsp_enumerate>(ctl_.host_, ch.relid());
+        }
     }
 }
 
@@ -133,7 +135,14 @@ bool Queue::can_accept(vmbus::ChannelRuntime& ch) {
         ch.reserve_out(uint32_t(unsent_.size()) * kCompletionBytes);
         return false;
     }
-    if (free_.empty()) return false;
+    if (free_.empty()) {
+        if (!pool_exhausted_) { // counted once per episode, not per look at the ring
+            pool_exhausted_ = true;
+            busy_++;
+            trace<HVSTOR_TRACE_storvsp_srb_busy>(ctl_.host_, ch.relid(), outstanding_);
+        }
+        return false;
+    }
     // Never take a request whose completion might not fit: room for every completion
     // still owed, plus this one.
     return ch.reserve_out((outstanding_ + 1) * kCompletionBytes);
@@ -149,6 +158,7 @@ void Queue::on_stop(vmbus::ChannelRuntime&) {
     done_.clear();
     unsent_.clear();
     outstanding_ = 0;
+    outstanding_seen_.store(0, std::memory_order_relaxed);
     state_ = InitState::Start;
 }
 
@@ -170,7 +180,7 @@ void Queue::on_packet(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& 
         avail < kVstorPacketMin) {
         // Not a storage request at all. Answer what can be answered, so a guest waiting
         // on this transaction id is not left hanging.
-        ctl_.stats_.bad_packets++;
+        bad_packets_++;
         log_("packet type %u with %u payload bytes: not a storage request (want type 6 or 9, at least %u bytes)",
              unsigned(d.type), avail, unsigned(kVstorPacketMin));
         p.operation = static_cast<uint32_t>(Operation::CompleteIo);
@@ -255,8 +265,9 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         why = "unknown operation";
         break;
     }
+    trace<HVSTOR_TRACE_storvsp_control>(ctl_.host_, ch.relid(), unsigned(op), status);
     if (status != kStatusSuccess) {
-        ctl_.stats_.bad_packets++;
+        bad_packets_++;
         if (why)
             log_("%s operation %u: %s", primary ? "primary" : "subchannel", unsigned(p.operation), why);
     }
@@ -356,13 +367,15 @@ void Queue::unmap(IoContext& ctx) {
 
 void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                               const VstorPacket& p, uint32_t len) {
-    ctl_.stats_.srbs++;
+    srbs_++;
+    trace<HVSTOR_TRACE_storvsp_srb_submit>(ctl_.host_, ch.relid(), d.trans_id, p.srb.lun, p.srb.cdb_or_sense[0],
+                                           p.srb.data_transfer_length);
     if (!ctl_.ready_) {
         // Requests before the handshake finished.
         VstorPacket r = p;
         r.operation = static_cast<uint32_t>(Operation::CompleteIo);
         r.status = kStatusInvalidDeviceState;
-        ctl_.stats_.bad_packets++;
+        bad_packets_++;
         log_("SRB before the handshake finished (END_INITIALIZATION)");
         reply(ch, d.trans_id, r, len);
         return;
@@ -370,6 +383,7 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
     IoContext* ctx = free_.back();
     free_.pop_back();
     outstanding_++;
+    count_outstanding();
     ctx->trans_id = d.trans_id;
     ctx->req = p;
     ctx->req_len = len;
@@ -451,6 +465,7 @@ void Queue::wait_batch_boundary() const {
 void Queue::release(IoContext* ctx) {
     unmap(*ctx);
     free_.push_back(ctx);
+    pool_exhausted_ = false;
 }
 
 bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
@@ -480,7 +495,10 @@ bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
         }
     }
     if (!reply(ch, ctx.trans_id, r, ctx.req_len)) return false;
-    if (srb.srb_status != kSrbSuccess) ctl_.stats_.srb_errors++;
+    completions_++;
+    if (srb.srb_status != kSrbSuccess) srb_errors_++;
+    trace<HVSTOR_TRACE_storvsp_srb_complete>(ctl_.host_, ch.relid(), ctx.trans_id, srb.srb_status, srb.scsi_status,
+                                             srb.data_transfer_length);
     return true;
 }
 
@@ -496,7 +514,35 @@ void Queue::complete(vmbus::ChannelRuntime& ch, IoContext* ctx) {
 
 void Queue::finish(IoContext* ctx) {
     outstanding_--;
+    outstanding_seen_.store(outstanding_, std::memory_order_relaxed);
     release(ctx);
+}
+
+void Queue::count_outstanding() {
+    outstanding_seen_.store(outstanding_, std::memory_order_relaxed);
+    if (outstanding_ > max_outstanding_.load(std::memory_order_relaxed))
+        max_outstanding_.store(outstanding_, std::memory_order_relaxed);
+}
+
+ChannelStatsSnapshot Queue::stats() const {
+    ChannelStatsSnapshot s;
+    s.index = index_;
+    s.relid = relid();
+    s.open = is_open();
+    s.packets_in = ring_stats_.packets_in.load();
+    s.packets_out = ring_stats_.packets_out.load();
+    s.guest_signals = ring_stats_.guest_signals.load();
+    s.interrupts = ring_stats_.host_signals.load();
+    s.wakeups = ring_stats_.wakeups.load();
+    s.ring_full_waits = ring_stats_.ring_full_waits.load();
+    s.srbs = srbs_.load();
+    s.completions = completions_.load();
+    s.srb_errors = srb_errors_.load();
+    s.bad_packets = bad_packets_.load();
+    s.busy = busy_.load();
+    s.outstanding = outstanding_seen_.load();
+    s.max_outstanding = max_outstanding_.load();
+    return s;
 }
 
 } // namespace hvstor::storvsp

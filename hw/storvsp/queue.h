@@ -47,6 +47,9 @@ public:
     // LUN was cleared and this returned for every queue, no worker holds the old disk.
     void wait_batch_boundary() const;
 
+    // Any thread.
+    ChannelStatsSnapshot stats() const;
+
     // vmbus::ChannelHandler (the bus: vCPU threads)
     uint32_t on_open(const vmbus::OpenRequest& req) override;
     void on_close(uint32_t relid) override;
@@ -76,6 +79,7 @@ private:
     void complete(vmbus::ChannelRuntime& ch, IoContext* ctx);
     void release(IoContext* ctx);
     void finish(IoContext* ctx); // answered: no longer outstanding
+    void count_outstanding(); // after outstanding_ grew
 
     Controller& ctl_;
     const uint16_t index_;
@@ -84,6 +88,11 @@ private:
     mutable std::mutex mu_;                   // runtime_ against close
     std::unique_ptr<vmbus::ChannelRuntime> runtime_;
     std::atomic<bool> enumerate_{false};
+
+    // Counted by the worker, read by stats() from any thread.
+    vmbus::ChannelStats ring_stats_;
+    std::atomic<uint64_t> srbs_{0}, completions_{0}, srb_errors_{0}, bad_packets_{0}, busy_{0};
+    std::atomic<uint32_t> outstanding_seen_{0}, max_outstanding_{0};
 
     // Worker thread only (its prefix is set in on_open, before the worker starts).
     GuestErrorLog log_;
@@ -94,6 +103,7 @@ private:
     // Odd from the first disk lookup of a batch until the batch is submitted.
     std::atomic<uint64_t> batch_seq_{0};
     bool in_batch_ = false;
+    bool pool_exhausted_ = false; // since the last look at the ring found no free slot
 
     // Completed commands, from any thread to the worker.
     std::mutex done_mu_;

@@ -10,7 +10,7 @@
 namespace hvstor::vmbus {
 
 std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenRequest& req, PacketHandler& handler,
-                                                     std::string& err) {
+                                                     ChannelStats& stats, std::string& err) {
     // The bus checked the split; check again here, where an unsigned subtraction depends on it.
     const size_t split = req.downstream_page_offset;
     if (split < 2 || split > req.ring_pfns.size() || req.ring_pfns.size() - split < 2) {
@@ -22,7 +22,7 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
         err = "ring pages are not guest RAM";
         return nullptr;
     }
-    std::unique_ptr<ChannelRuntime> ch(new ChannelRuntime(host, req, std::move(in), std::move(out), handler));
+    std::unique_ptr<ChannelRuntime> ch(new ChannelRuntime(host, req, std::move(in), std::move(out), handler, stats));
     if (ch->efd_ < 0) {
         err = "eventfd failed";
         return nullptr;
@@ -37,10 +37,10 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
 }
 
 ChannelRuntime::ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out,
-                               PacketHandler& handler)
-    : signal_(req.signal), relid_(req.child_relid),
+                               PacketHandler& handler, ChannelStats& stats)
+    : host_(host), signal_(req.signal), relid_(req.child_relid),
       log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": "), target_vp_(req.target_vp), in_(std::move(in)),
-      out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)) {
+      out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)), stats_(stats) {
     pkt_.reserve(kMaxIncomingPacket);
 }
 
@@ -68,6 +68,7 @@ bool ChannelRuntime::send(PacketType type, uint16_t flags, uint64_t trans_id, st
     if (!out_.write(type, flags, trans_id, payload)) {
         if (out_.corrupt() && !broken_) {
             broken_ = true;
+            trace<HVSTOR_TRACE_channel_stopped>(host_, relid_);
             log_("host-to-guest ring: impossible read index; the channel stops");
         }
         return false;
@@ -85,6 +86,7 @@ bool ChannelRuntime::reserve_out(uint32_t bytes) {
         return true;
     }
     stats_.ring_full_waits++;
+    trace<HVSTOR_TRACE_channel_ring_full>(host_, relid_, bytes, out_.free_bytes());
     out_.set_pending_send_sz(bytes);
     waiting_room_ = true;
     // The guest may have made room before it could see the request.
@@ -109,6 +111,7 @@ bool ChannelRuntime::pump() {
             // Indices or a descriptor the guest could not have written honestly: stop
             // reading this ring rather than guess.
             broken_ = true;
+            trace<HVSTOR_TRACE_channel_stopped>(host_, relid_);
             log_("guest-to-host ring: impossible write index or packet descriptor (type %u offset8 %u len8 %u); "
                  "the channel stops", unsigned(d.type), unsigned(d.offset8), unsigned(d.len8));
             break;

@@ -60,6 +60,7 @@ uint32_t Server::offer(const OfferInfo& offer) {
         }
         *slot = std::move(ch);
     }
+    trace<HVSTOR_TRACE_vmbus_offer>(host(), relid, offer.subchannel_index);
     flush(out);
     return relid;
 }
@@ -76,6 +77,7 @@ bool Server::rescind(uint32_t relid) {
         std::lock_guard lock(mu_);
         Offer* ch = find(relid);
         if (!ch) return false;
+        trace<HVSTOR_TRACE_vmbus_rescind>(host(), relid);
         close_locked(*ch);
         if (version_ != 0 && ch->offered) {
             RescindOffer r{};
@@ -93,6 +95,7 @@ bool Server::rescind(uint32_t relid) {
 }
 
 void Server::close_locked(Offer& ch) {
+    if (ch.open) trace<HVSTOR_TRACE_vmbus_close>(host(), ch.relid);
     if (ch.open && ch.info.handler) {
         closing_.push_back({ch.info.handler, ch.relid});
         ch.closing = true;
@@ -143,10 +146,19 @@ bool Server::channel_open(uint32_t relid) const {
 }
 ServerStats Server::stats() const {
     std::lock_guard lock(mu_);
-    return stats_;
+    ServerStats s = stats_;
+    for (const auto& ch : offers_) {
+        if (!ch || ch->rescinded) continue;
+        s.offers++;
+        s.open_channels += ch->open;
+    }
+    s.gpadls = uint32_t(gpadls_.size());
+    s.version = version_;
+    return s;
 }
 
 void Server::reset() {
+    trace<HVSTOR_TRACE_vmbus_reset>(host());
     {
         std::lock_guard lock(mu_);
         drop_connection_locked();
@@ -168,6 +180,9 @@ void Server::drop_connection_locked() {
 
 void Server::flush(const Outbox& out) {
     for (const auto& o : out) {
+        uint32_t type = 0;
+        std::memcpy(&type, o.bytes.data(), std::min(o.bytes.size(), sizeof type));
+        trace<HVSTOR_TRACE_vmbus_msg_out>(host(), o.vp, type, o.bytes.size());
         bool ok = synic_.post_message(o.vp, o.sint, kHvMessageTypeVmbus, o.bytes);
         std::lock_guard lock(mu_);
         if (ok) stats_.messages_out++;
@@ -175,7 +190,7 @@ void Server::flush(const Outbox& out) {
     }
 }
 
-Status Server::on_post_message(uint32_t /*vp*/, uint32_t connection_id, uint32_t message_type,
+Status Server::on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
                                std::span<const uint8_t> payload) {
     if (connection_id != kMessageConnectionId && connection_id != kMessageConnectionId4)
         return Status::InvalidConnectionId;
@@ -186,6 +201,7 @@ Status Server::on_post_message(uint32_t /*vp*/, uint32_t connection_id, uint32_t
     }
     MsgHeader hdr;
     parse(payload, hdr);
+    trace<HVSTOR_TRACE_vmbus_msg_in>(host(), vp, hdr.msgtype, payload.size());
     Outbox out;
     Status st;
     {
@@ -248,6 +264,7 @@ Status Server::initiate_contact(uint32_t connection_id, std::span<const uint8_t>
         sint_ = sint;
         resp.version_supported = 1;
         resp.msg_conn_id = ver >= version::kV5_0 ? kMessageConnectionId : 0;
+        trace<HVSTOR_TRACE_vmbus_connect>(host(), ver, req.target_vcpu, sint);
     }
     queue_to(out, req.target_vcpu, sint, resp);
     return Status::Success;
@@ -307,8 +324,12 @@ void Server::fail_gpadl(Gpadl& g, Outbox& out) {
 }
 
 void Server::finish_gpadl(Gpadl& g, Outbox& out) {
-    if (ranges_consistent(g)) answer_gpadl(g.child_relid, g.id, kStatusSuccess, out);
-    else fail_gpadl(g, out);
+    if (ranges_consistent(g)) {
+        trace<HVSTOR_TRACE_vmbus_gpadl_create>(host(), g.child_relid, g.id, g.expected_pfns);
+        answer_gpadl(g.child_relid, g.id, kStatusSuccess, out);
+    } else {
+        fail_gpadl(g, out);
+    }
 }
 
 void Server::gpadl_header(std::span<const uint8_t> m, Outbox& out) {
@@ -370,7 +391,12 @@ void Server::gpadl_teardown(std::span<const uint8_t> m, Outbox& out) {
         bad("GPADL_TEARDOWN of %zu bytes", m.size());
         return;
     }
-    if (!gpadls_.erase(t.gpadl)) bad("GPADL_TEARDOWN of unknown gpadl %u", t.gpadl);
+    if (auto g = gpadls_.find(t.gpadl); g != gpadls_.end()) {
+        trace<HVSTOR_TRACE_vmbus_gpadl_teardown>(host(), g->second.child_relid, t.gpadl);
+        gpadls_.erase(g);
+    } else {
+        bad("GPADL_TEARDOWN of unknown gpadl %u", t.gpadl);
+    }
     // Answered even for an unknown id: the guest waits for it.
     GpadlTorndown r{};
     r.hdr = header(MsgType::GpadlTorndown);
@@ -389,6 +415,8 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
     r.child_relid = req.child_relid;
     r.openid = req.openid;
     r.status = kStatusInvalidParameter;
+    trace<HVSTOR_TRACE_vmbus_open>(host(), req.child_relid, req.ringbuffer_gpadlhandle,
+                                   req.downstream_ringbuffer_pageoffset, req.target_vp);
 
     Offer* ch = find(req.child_relid);
     auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
@@ -419,6 +447,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
             ch->target_vp = req.target_vp;
         }
     }
+    trace<HVSTOR_TRACE_vmbus_open_result>(host(), req.child_relid, r.status);
     queue(out, r);
 }
 
@@ -467,6 +496,7 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
     Offer* ch = find(req.child_relid);
     const bool ok = ch && ch->open && req.target_vp < synic_.nr_vps();
     if (ok) {
+        trace<HVSTOR_TRACE_vmbus_target_vp>(host(), ch->relid, req.target_vp);
         ch->target_vp = req.target_vp;
         if (ch->info.handler) ch->info.handler->on_target_vp(ch->relid, req.target_vp);
     } else {
@@ -484,6 +514,7 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
 }
 
 void Server::unload(Outbox& out) {
+    trace<HVSTOR_TRACE_vmbus_unload>(host());
     queue(out, header(MsgType::UnloadResponse));
     drop_connection_locked();
 }

@@ -24,7 +24,8 @@ STOCK=$(find "$HVSTOR_CACHE/guest/debian-6.1/pkg" -name 'hv_storvsc.ko*' | head 
 check "vermagic matches the stock module's" [ "$(modinfo -F vermagic "$KO")" = "$(modinfo -F vermagic "$STOCK")" ]
 WANT_VERSION=$(info "$KO" version)
 WANT_SRC=$(info "$KO" srcversion)
-check "the build carries a version stamp and a srcversion" [ -n "$WANT_VERSION" ] && [ -n "$WANT_SRC" ]
+check "the build carries a version stamp" [ -n "$WANT_VERSION" ]
+check "the build carries a srcversion" [ -n "$WANT_SRC" ]
 check "its srcversion differs from the stock module's" [ "$WANT_SRC" != "$(modinfo -F srcversion "$STOCK")" ]
 
 read -r -d '' GUEST_CMD <<'SH'

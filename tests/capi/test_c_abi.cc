@@ -61,6 +61,10 @@ struct TestHost {
         };
         o.unmap = [](void* p, void* ptr, size_t len, bool written) { of(p).ram.unmap(ptr, len, written); };
         o.raise_vector = [](void* p, uint32_t vp, uint8_t vector) { of(p).ram.raise_vector(vp, vector); };
+        o.guest_error = [](void* p, const char* line) { of(p).ram.guest_error(line); };
+        o.trace = [](void* p, uint32_t ev, const uint64_t* args) {
+            of(p).ram.trace(static_cast<HvstorTraceEvent>(ev), args);
+        };
         return o;
     }
 };
@@ -110,7 +114,7 @@ std::string take(char*& err) {
 constexpr uint16_t kPort = 0x5A58;
 constexpr uint8_t kInstance[16] = {0x1b, 0x78, 0xb3, 0xf8, 0x82, 0x1e, 0x18, 0x48,
                                    0xa1, 0xc3, 0x63, 0xd8, 0x06, 0xec, 0x15, 0x00};
-constexpr HvstorControllerConfig kController{4, 256 * 1024, 256};
+constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0"};
 
 class CAbiTest : public ::testing::Test {
 protected:
@@ -261,6 +265,29 @@ TEST_F(CAbiTest, StatsJsonEscapesTheName) {
     EXPECT_STREQ(json, R"({"disk":"q\"uote\\slash","model":false,"reads":0,"writes":0,)"
                        R"("bytes_read":0,"bytes_written":0,"errors":0})");
     std::free(json);
+}
+
+// What qom-get of hv-storvsc's and the bridge's "stats" returns, before the guest connects;
+// the offer reached the glue's trace operation.
+TEST_F(CAbiTest, ControllerAndBusStatsAsJson) {
+    HvstorController* c = controller();
+    char* json = hvstor_controller_stats_json(c);
+    ASSERT_NE(json, nullptr);
+    EXPECT_STREQ(json, R"({"srbs":0,"completions":0,"srb_errors":0,"bad_packets":0,"subchannels_offered":0,)"
+                       R"("open_channels":0,"channels":[{"index":0,"relid":1,"open":false,"packets_in":0,)"
+                       R"("packets_out":0,"srbs":0,"completions":0,"srb_errors":0,"bad_packets":0,)"
+                       R"("guest_signals":0,"interrupts":0,"wakeups":0,"ring_full_waits":0,"busy":0,)"
+                       R"("outstanding":0,"max_outstanding":0}]})");
+    std::free(json);
+    json = hvstor_vmbus_stats_json(vb);
+    ASSERT_NE(json, nullptr);
+    EXPECT_STREQ(json, R"({"version":"","messages_in":0,"messages_out":0,"bad_messages":0,"send_failures":0,)"
+                       R"("offers":1,"open_channels":0,"gpadls":0,"hypercalls":0,"hypercall_errors":0,)"
+                       R"("msr_faults":0,"synic_messages":0,"synic_messages_deferred":0,"synic_events":0})");
+    std::free(json);
+    EXPECT_EQ(hvstor_controller_stats_json(nullptr), nullptr);
+    EXPECT_EQ(hvstor_vmbus_stats_json(nullptr), nullptr);
+    EXPECT_EQ(host.ram.traced(HVSTOR_TRACE_vmbus_offer), (std::vector<std::vector<uint64_t>>{{1, 0}}));
 }
 
 TEST_F(CAbiTest, ModelledDiskStatsComeFromTheModel) {

@@ -101,7 +101,7 @@ TEST_F(StorvspBusTest, SubchannelsAreOfferedOnRequestAndWithdrawnWithThePrimary)
     bus.close(c.relid);
     ASSERT_EQ(bus.offered.size(), 4u);
     EXPECT_EQ(bus.rescinded.size(), 3u) << "subchannels go with the primary";
-    EXPECT_EQ(ctl->stats().subchannels_offered.load(), 3u);
+    EXPECT_EQ(ctl->stats().subchannels_offered, 3u);
 }
 
 TEST_F(StorvspBusTest, MalformedPacketsAreAnsweredWithAnError) {
@@ -116,11 +116,85 @@ TEST_F(StorvspBusTest, MalformedPacketsAreAnsweredWithAnError) {
     r = guest.wait(c);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->pkt.status, kStatusInvalidDeviceState) << "SRB before the handshake";
-    EXPECT_EQ(ctl->stats().bad_packets.load(), 2u);
+    EXPECT_EQ(ctl->stats().bad_packets, 2u);
     // Each with a guest-error line that says where, which field and its value.
     const std::string where = "storvsp: relid " + std::to_string(c.relid) + ": ";
     EXPECT_TRUE(host.logged(where + "packet type 6 with 8 payload bytes: not a storage request"));
     EXPECT_TRUE(host.logged(where + "SRB before the handshake finished"));
+}
+
+TEST_F(StorvspBusTest, GuestErrorLinesNameTheController) {
+    ctl.reset();
+    ControllerConfig cfg;
+    cfg.name = "hv-storvsc scsi0";
+    ctl = std::make_unique<Controller>(host, bus, *vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), cfg);
+    std::string err;
+    ASSERT_TRUE(ctl->start(err)) << err;
+    ASSERT_TRUE(ctl->attach(0, disk.get(), err)) << err;
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    VmscsiRequest s = rw10(false, 0, 1);
+    s.cdb_length = 20;
+    guest.send_srb(c, s, kBuf, 512);
+    ASSERT_TRUE(guest.wait(c));
+    EXPECT_TRUE(host.logged("hv-storvsc scsi0: relid " + std::to_string(c.relid) + ": SRB cdb_length 20 (want 1..16)"));
+}
+
+TEST_F(StorvspBusTest, EachSrbIsTracedOnArrivalAndCompletion) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    guest.send_srb(c, rw10(true, 8, 2), kBuf, 1024);
+    auto r = guest.wait(c);
+    ASSERT_TRUE(r);
+    VmscsiRequest bad = rw10(false, 0, 1);
+    bad.cdb_length = 0;
+    guest.send_srb(c, bad, kBuf, 512);
+    ASSERT_TRUE(guest.wait(c));
+    // The handshake's four control operations, each with its answer's status.
+    auto control = host.traced(HVSTOR_TRACE_storvsp_control);
+    ASSERT_EQ(control.size(), 4u);
+    for (auto& a : control) EXPECT_EQ(a[0], c.relid);
+    const auto submit = host.traced(HVSTOR_TRACE_storvsp_srb_submit);
+    const auto done = host.traced(HVSTOR_TRACE_storvsp_srb_complete);
+    ASSERT_EQ(submit.size(), 2u);
+    ASSERT_EQ(done.size(), 2u);
+    // relid, transaction id, lun, opcode, bytes; then relid, id, srb status, scsi status, bytes.
+    EXPECT_EQ(submit[0], (std::vector<uint64_t>{c.relid, r->trans_id, 0, 0x2A, 1024}));
+    EXPECT_EQ(done[0], (std::vector<uint64_t>{c.relid, r->trans_id, kSrbSuccess, 0, 1024}));
+    EXPECT_EQ(done[1][1], submit[1][1]);
+    EXPECT_EQ(done[1][2], kSrbInvalidRequest);
+}
+
+TEST_F(StorvspBusTest, StatisticsPerChannel) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (int i = 0; i < 3; i++) {
+        guest.send_srb(c, rw10(false, 0, 1), kBuf, 512);
+        ASSERT_TRUE(guest.wait(c));
+    }
+    VmscsiRequest bad = rw10(false, 0, 1);
+    bad.cdb_length = 17;
+    guest.send_srb(c, bad, kBuf, 512);
+    ASSERT_TRUE(guest.wait(c));
+    const ControllerStats s = ctl->stats();
+    ASSERT_EQ(s.channels.size(), 1u);
+    const ChannelStatsSnapshot& p = s.channels[0];
+    EXPECT_EQ(p.relid, c.relid);
+    EXPECT_TRUE(p.open);
+    EXPECT_EQ(p.srbs, 4u);
+    EXPECT_EQ(p.completions, 4u);
+    EXPECT_EQ(p.srb_errors, 1u);
+    EXPECT_EQ(p.packets_in, 8u) << "four handshake packets and four SRBs";
+    EXPECT_EQ(p.packets_out, 8u);
+    EXPECT_EQ(p.outstanding, 0u);
+    EXPECT_EQ(p.max_outstanding, 1u);
+    EXPECT_GT(p.interrupts, 0u);
+    EXPECT_EQ(s.srbs, 4u);
+    EXPECT_EQ(s.open_channels, 1u);
+    // Kept over a close and a new open.
+    bus.close(c.relid);
+    EXPECT_FALSE(ctl->stats().channels[0].open);
+    EXPECT_EQ(ctl->stats().channels[0].packets_in, 8u);
 }
 
 TEST_F(StorvspBusTest, BadSrbFieldsAreNamedInTheGuestErrorLog) {
@@ -159,7 +233,7 @@ TEST_F(StorvspBusTest, GuestErrorLinesAreRateLimited) {
         guest.send(c, v);
         ASSERT_TRUE(guest.wait(c));
     }
-    EXPECT_EQ(ctl->stats().bad_packets.load(), 200u);
+    EXPECT_EQ(ctl->stats().bad_packets, 200u);
     // A burst, then at most one line per second however long this took.
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
     EXPECT_GE(host.guest_errors.size(), size_t(GuestErrorLog::kBurst));

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hvstor/trace_events.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,6 +32,15 @@ typedef struct HvstorHostOps {
     void *(*map)(void *opaque, uint64_t gpa, size_t len, bool writable);
     void (*unmap)(void *opaque, void *ptr, size_t len, bool written);
     void (*raise_vector)(void *opaque, uint32_t vp, uint8_t vector);
+    /*
+     * Optional (NULL: dropped). Any thread; neither may block.
+     * guest_error: the guest broke the protocol; one line naming the controller or bus,
+     * the channel, the field and its value (already rate-limited).
+     * trace: event `event` of enum HvstorTraceEvent with its arguments, as many as
+     * hvstor/trace_events.h lists for it.
+     */
+    void (*guest_error)(void *opaque, const char *line);
+    void (*trace)(void *opaque, uint32_t event, const uint64_t *args);
 } HvstorHostOps;
 
 typedef enum HvstorMsrResult {
@@ -83,6 +94,7 @@ typedef struct HvstorControllerConfig {
     uint16_t max_subchannels;     /* subchannels the guest may ask for */
     uint32_t max_transfer_bytes;  /* largest SRB data transfer */
     uint32_t max_outstanding;     /* per channel, before back-pressure */
+    const char *name;             /* names it in guest-error lines; NULL: "storvsp" */
 } HvstorControllerConfig;
 
 /*
@@ -137,6 +149,17 @@ bool hvstor_vmbus_set_vm_perf(HvstorVmbus *vb, const char *spec, char **err);
  * or for a NULL disk.
  */
 char *hvstor_disk_stats_json(HvstorDisk *d);
+/*
+ * The controller's live statistics: totals and one object per channel (packets, SRBs,
+ * completions, interrupts, ring-full waits, outstanding and its maximum, bad packets).
+ * JSON, malloc'd; NULL on failure or for a NULL controller.
+ */
+char *hvstor_controller_stats_json(HvstorController *c);
+/*
+ * The bus's live statistics: VMBus messages, GPADLs, offers and open channels, the
+ * negotiated version, hypercalls and SynIC messages. JSON, malloc'd; NULL on failure.
+ */
+char *hvstor_vmbus_stats_json(HvstorVmbus *vb);
 
 #ifdef __cplusplus
 }

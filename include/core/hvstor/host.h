@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hvstor/trace_events.h"
+
 namespace hvstor {
 
 // The guest page size: the unit of GPADLs, ring pages, SynIC pages and Host::map.
@@ -42,6 +44,24 @@ public:
     // Any thread. QEMU logs it under LOG_GUEST_ERROR (-d guest_errors). Callers rate-limit
     // (hvstor/guest_log.h).
     virtual void guest_error(const char* line) { (void)line; }
+
+    // Trace event `ev` with its arguments (hvstor/trace_events.h), from any thread, with
+    // device-model locks possibly held: must not block. QEMU passes it to its trace
+    // backends as hvstor_NAME. Call it through hvstor::trace<>, which checks the count.
+    virtual void trace(HvstorTraceEvent ev, const uint64_t* args) { (void)ev, (void)args; }
 };
+
+namespace trace_detail {
+#define HVSTOR_TRACE_NARGS(name, nargs) nargs,
+inline constexpr unsigned kArgs[] = {HVSTOR_TRACE_EVENTS(HVSTOR_TRACE_NARGS)};
+#undef HVSTOR_TRACE_NARGS
+} // namespace trace_detail
+
+// trace<HVSTOR_TRACE_storvsp_srb_submit>(host, relid, id, lun, opcode, bytes)
+template <HvstorTraceEvent E, typename... A> inline void trace(Host& host, A... args) {
+    static_assert(sizeof...(A) == trace_detail::kArgs[E], "argument count differs from hvstor/trace_events.h");
+    const uint64_t v[HVSTOR_TRACE_MAX_ARGS + 1] = {static_cast<uint64_t>(args)...};
+    host.trace(E, v);
+}
 
 } // namespace hvstor

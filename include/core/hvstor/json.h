@@ -1,5 +1,5 @@
 // The one JSON writer of the project: flat or nested objects of numbers, strings, booleans
-// and null, for statistics over QMP and the disk model's timeline. Strings are escaped, so a
+// and null, and arrays of objects, for statistics over QMP and the disk model's timeline. Strings are escaped, so a
 // user-chosen name (a QOM id, a file name) cannot break the document.
 #pragma once
 
@@ -50,6 +50,25 @@ public:
     }
     JsonWriter& end_object() {
         out_ += '}';
+        first_ = false;
+        return *this;
+    }
+    // An array of objects: begin_array(key), then begin_element(), its fields, end_object()
+    // for each, then end_array().
+    JsonWriter& begin_array(std::string_view key) {
+        field(key);
+        out_ += '[';
+        first_ = true;
+        return *this;
+    }
+    JsonWriter& begin_element() {
+        if (!first_) out_ += ',';
+        out_ += '{';
+        first_ = true;
+        return *this;
+    }
+    JsonWriter& end_array() {
+        out_ += ']';
         first_ = false;
         return *this;
     }

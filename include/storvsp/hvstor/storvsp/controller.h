@@ -41,11 +41,28 @@ uint64_t preallocated_bytes(const ControllerConfig& cfg);
 // above exceeds kMaxPreallocatedBytes. Controller::start() refuses such a configuration.
 bool validate(const ControllerConfig& cfg, std::string& err);
 
+// One channel (hardware queue) as the guest used it, counted over every time it was open.
+struct ChannelStatsSnapshot {
+    uint16_t index = 0;  // 0: the primary
+    uint32_t relid = 0;  // 0: not offered at present
+    bool open = false;
+    uint64_t packets_in = 0, packets_out = 0;
+    uint64_t srbs = 0;
+    uint64_t completions = 0;  // SRBs answered
+    uint64_t srb_errors = 0;   // answered with an SRB status other than success
+    uint64_t bad_packets = 0;  // malformed or out of state
+    uint64_t guest_signals = 0, interrupts = 0, wakeups = 0;
+    uint64_t ring_full_waits = 0;  // completions waited for room (pending_send_sz)
+    uint64_t busy = 0;             // the ring was left unread: every request slot in use
+    uint32_t outstanding = 0, max_outstanding = 0;
+};
+
 struct ControllerStats {
-    std::atomic<uint64_t> srbs{0};
-    std::atomic<uint64_t> srb_errors{0};    // completed with an SRB status other than success
-    std::atomic<uint64_t> bad_packets{0};   // malformed or out of state
-    std::atomic<uint64_t> subchannels_offered{0};
+    // Sums over the channels.
+    uint64_t srbs = 0, completions = 0, srb_errors = 0, bad_packets = 0;
+    uint64_t subchannels_offered = 0;
+    uint32_t open_channels = 0;
+    std::vector<ChannelStatsSnapshot> channels;  // [0] the primary, then subchannels by index
 };
 
 class Queue;
@@ -69,7 +86,8 @@ public:
     void detach(uint8_t lun);
 
     const ControllerConfig& config() const { return cfg_; }
-    const ControllerStats& stats() const { return stats_; }
+    // Any thread.
+    ControllerStats stats() const;
     uint32_t open_channels() const;
     uint32_t primary_relid() const { return primary_relid_; }
 
@@ -89,7 +107,7 @@ private:
     vmbus::Bus& bus_;
     vmbus::Guid instance_;
     ControllerConfig cfg_;
-    ControllerStats stats_;
+    std::atomic<uint64_t> subchannels_offered_{0};
 
     mutable std::mutex mu_;  // channels_
     // Read on every request by every channel's worker: no lock on that path.

@@ -39,6 +39,8 @@ public:
     virtual void on_stop(ChannelRuntime& ch) = 0;
 };
 
+// Counted by a channel's runtime into storage its device keeps, so that they add up over
+// every time the guest opened the channel.
 struct ChannelStats {
     std::atomic<uint64_t> packets_in{0}, packets_out{0};
     std::atomic<uint64_t> guest_signals{0};   // SIGNAL_EVENTs from the guest
@@ -50,9 +52,9 @@ struct ChannelStats {
 class ChannelRuntime {
 public:
     // Maps the ring pages of the open request and starts the worker; nullptr with `err` if
-    // the pages are not RAM or no thread could be started.
+    // the pages are not RAM or no thread could be started. `stats` outlives the runtime.
     static std::unique_ptr<ChannelRuntime> open(Host& host, const OpenRequest& req, PacketHandler& handler,
-                                                std::string& err);
+                                                ChannelStats& stats, std::string& err);
     ~ChannelRuntime(); // stops the worker (see stop())
     ChannelRuntime(const ChannelRuntime&) = delete;
     ChannelRuntime& operator=(const ChannelRuntime&) = delete;
@@ -77,11 +79,13 @@ public:
     void stop();
 
 private:
-    ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler);
+    ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler,
+                   ChannelStats& stats);
     void run();
     bool pump();  // one round; returns true if it did anything
     void signal_guest();
 
+    Host& host_;
     GuestSignal signal_;
     uint32_t relid_;
     GuestErrorLog log_; // worker thread only
@@ -93,7 +97,7 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<bool> broken_{false};
     std::thread worker_;
-    ChannelStats stats_;
+    ChannelStats& stats_;
     std::vector<uint8_t> pkt_;
     bool waiting_room_ = false;
 };

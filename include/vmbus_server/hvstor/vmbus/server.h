@@ -43,6 +43,11 @@ struct ServerStats {
     uint64_t messages_out = 0;
     uint64_t bad_messages = 0;   // malformed, out of state, unknown
     uint64_t send_failures = 0;  // SynIC refused a message
+    // At the time of the reading.
+    uint32_t offers = 0;         // channels offered to devices (not rescinded)
+    uint32_t open_channels = 0;
+    uint32_t gpadls = 0;
+    uint32_t version = 0;        // negotiated; 0 when the guest is not connected
 };
 
 class Server final : public hv::MessageHandler, public Bus {
@@ -122,6 +127,7 @@ private:
     const char* open_refusal(const OpenChannel& req) const;
     OfferChannel make_offer(const Offer& ch) const;
     Offer* find(uint32_t relid);
+    Host& host() const { return synic_.host(); }
 
     hv::Synic& synic_;
     ServerConfig cfg_;
