@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <optional>
 #include <set>
@@ -34,7 +35,7 @@ public:
             offers_.erase(it);
             rescinded.push_back(relid);
         }
-        if (h) h->on_close(relid);
+        if (h) close_and_wait(h, relid);
         return true;
     }
 
@@ -64,7 +65,31 @@ public:
             std::lock_guard lock(mu_);
             if (open_.erase(relid)) h = offers_[relid].handler;
         }
-        if (h) h->on_close(relid);
+        if (h) close_and_wait(h, relid);
+    }
+    // The guest's CLOSECHANNEL without waiting for the device: returns a flag that turns
+    // true once the device called its CloseDone.
+    std::shared_ptr<std::atomic<bool>> begin_close(uint32_t relid) {
+        auto finished = std::make_shared<std::atomic<bool>>(false);
+        vmbus::ChannelHandler* h = nullptr;
+        {
+            std::lock_guard lock(mu_);
+            if (open_.erase(relid)) h = offers_[relid].handler;
+        }
+        if (!h) {
+            *finished = true;
+            return finished;
+        }
+        h->on_close(relid, [this, finished] {
+            std::lock_guard lock(mu_);
+            *finished = true;
+            closed_cv_.notify_all();
+        });
+        return finished;
+    }
+    void wait_closed(const std::shared_ptr<std::atomic<bool>>& finished) {
+        std::unique_lock lock(mu_);
+        closed_cv_.wait(lock, [&] { return finished->load(); });
     }
     void signal(uint32_t relid) {
         if (vmbus::ChannelHandler* h = handler(relid)) h->on_guest_signal(relid);
@@ -80,6 +105,17 @@ public:
     std::atomic<uint64_t> interrupts{0};
 
 private:
+    // As the VMBus server does for the guest, waits until the device no longer uses the
+    // rings (tests then reuse their pages).
+    void close_and_wait(vmbus::ChannelHandler* h, uint32_t relid) {
+        auto finished = std::make_shared<std::atomic<bool>>(false);
+        h->on_close(relid, [this, finished] {
+            std::lock_guard lock(mu_);
+            *finished = true;
+            closed_cv_.notify_all();
+        });
+        wait_closed(finished);
+    }
     vmbus::ChannelHandler* handler(uint32_t relid) {
         std::lock_guard lock(mu_);
         auto it = offers_.find(relid);
@@ -87,6 +123,7 @@ private:
     }
 
     std::mutex mu_;
+    std::condition_variable closed_cv_;
     uint32_t next_relid_ = 1;
     std::map<uint32_t, vmbus::OfferInfo> offers_;
     std::set<uint32_t> open_;

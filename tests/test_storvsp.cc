@@ -641,3 +641,28 @@ TEST_F(StorvspTest, DetachedDiskIsNeverUsedAfterDetachReturns) {
     io.join();
     EXPECT_EQ(answered, 3008);
 }
+
+// CLOSECHANNEL while the disk still holds requests: the vCPU that sent it is not held
+// (under QEMU it holds the BQL, so the whole VM and QMP would stall behind slow I/O); the
+// ring GPADL's GPADL_TORNDOWN waits until the worker stopped, so the guest cannot reuse the
+// ring pages under it; the held requests, completed after the close, write nothing.
+TEST_F(StorvspTest, CloseWithIoInFlightNeverBlocksTheVcpu) {
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (int i = 0; i < 4; i++) guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
+    while (gated.held_count() < 4) std::this_thread::yield();
+    guest.close(c); // with the requests still held: returns (it used to wait for them)
+    vmbus::GpadlTeardown t{};
+    t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
+    t.gpadl = 0x100;
+    g.post(0, 1, t);
+    EXPECT_FALSE(g.take(0)) << "GPADL_TORNDOWN while the device may still write the rings";
+    const auto ring_write_index = host.load<uint32_t>(kRings + FakeStorvsc::kRingPages * kPageSize);
+    gated.release_all();
+    auto torn = guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown);
+    ASSERT_TRUE(torn);
+    EXPECT_EQ(torn->gpadl, 0x100u);
+    EXPECT_EQ(host.load<uint32_t>(kRings + FakeStorvsc::kRingPages * kPageSize), ring_write_index)
+        << "completions written into a closed channel's ring";
+}

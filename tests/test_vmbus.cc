@@ -25,7 +25,10 @@ public:
         ring_pages = uint32_t(r.ring_pfns.size());
         return status;
     }
-    void on_close(uint32_t) override { closes++; }
+    void on_close(uint32_t, CloseDone done) override {
+        closes++;
+        done();
+    }
     void on_guest_signal(uint32_t) override { signals++; }
     void on_target_vp(uint32_t, uint32_t vp) override { target = vp; }
     uint32_t target = 0;
@@ -411,21 +414,19 @@ TEST_F(VmbusTest, GarbageNeverCrashes) {
 
 namespace {
 
-// A device whose close takes as long as the test wants, like a worker draining slow I/O.
+// A device whose close finishes when the test says, like a worker draining slow I/O.
 class SlowCloseChannel : public FakeChannel {
 public:
-    void on_close(uint32_t relid) override {
-        {
-            std::unique_lock lock(mu);
-            in_close = true;
-            cv.notify_all();
-            cv.wait(lock, [&] { return release; });
-        }
-        FakeChannel::on_close(relid);
+    void on_close(uint32_t, CloseDone done) override {
+        closes++;
+        pending = std::move(done);
     }
-    std::mutex mu;
-    std::condition_variable cv;
-    bool in_close = false, release = false;
+    void finish_close() {
+        CloseDone d = std::move(pending);
+        pending = nullptr;
+        d();
+    }
+    CloseDone pending;
 };
 
 } // namespace
@@ -438,29 +439,62 @@ TEST_F(VmbusTest, OpenIsRefusedWhileTheCloseIsInProgress) {
     g.post(0, 1, open_request());
     ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
 
-    std::thread closer([&] {
-        CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
-        c.child_relid = 1;
-        g.post(1, 1, c);
-    });
-    {
-        std::unique_lock lock(dev.mu);
-        dev.cv.wait(lock, [&] { return dev.in_close; });
-    }
+    CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+    c.child_relid = 1;
+    g.post(1, 1, c); // returns at once: the device finishes its close later
+    ASSERT_TRUE(dev.pending);
     g.post(2, 1, open_request());
     EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess);
     EXPECT_EQ(dev.opens, 1) << "the device never saw the second open";
-    {
-        std::lock_guard lock(dev.mu);
-        dev.release = true;
-    }
-    dev.cv.notify_all();
-    closer.join();
+    dev.finish_close();
     EXPECT_EQ(dev.closes, 1);
     // Once the close has finished, the guest may open the channel again.
     g.post(0, 1, open_request());
     EXPECT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
     EXPECT_EQ(dev.opens, 2);
+}
+
+// The guest frees its ring pages once GPADL_TORNDOWN arrives: while the device still
+// finishes its close (waiting for slow I/O), the answer is held back, and the vCPU that
+// asked is never blocked meanwhile. A GPADL teardown of a ring still open is held too.
+TEST_F(VmbusTest, RingGpadlTorndownWaitsForTheDevicesClose) {
+    SlowCloseChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
+    t.gpadl = 5;
+    g.post(0, 1, t);
+    EXPECT_FALSE(g.take(0)) << "torn down while the channel is open";
+    CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+    c.child_relid = 1;
+    g.post(0, 1, c);
+    ASSERT_TRUE(dev.pending);
+    EXPECT_FALSE(g.take(0)) << "torn down while the device may still write the rings";
+    dev.finish_close();
+    auto r = g.take_as<GpadlTorndown>(0);
+    EXPECT_EQ(r.hdr.msgtype, uint32_t(MsgType::GpadlTorndown));
+    EXPECT_EQ(r.gpadl, 5u);
+    // Any other GPADL is answered at once.
+    send_gpadl(1, 6, 4);
+    ASSERT_EQ(g.take_as<GpadlCreated>(0).creation_status, kStatusSuccess);
+    t.gpadl = 6;
+    g.post(0, 1, t);
+    EXPECT_EQ(g.take_as<GpadlTorndown>(0).gpadl, 6u);
+}
+
+// UNLOAD (kexec, shutdown) closes every channel; the guest reuses all its memory once
+// UNLOAD_RESPONSE arrives, so that waits for the devices too.
+TEST_F(VmbusTest, UnloadResponseWaitsForEveryClose) {
+    SlowCloseChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
+    ASSERT_TRUE(dev.pending);
+    EXPECT_FALSE(g.take(0)) << "UNLOAD_RESPONSE before the device stopped";
+    dev.finish_close();
+    EXPECT_EQ(g.take_as<MsgHeader>(0).msgtype, uint32_t(MsgType::UnloadResponse));
 }
 
 // An OPENCHANNEL for a relid this connection was never offered (the guest skipped

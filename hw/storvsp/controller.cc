@@ -42,6 +42,16 @@ Controller::~Controller() {
             if (c->relid()) relids.push_back(c->relid());
     }
     for (uint32_t r : relids) bus_.rescind(r);
+    // The closes finish on the queues' closer threads, which call back into this
+    // controller: wait for them before any member goes. The primary's first, since its
+    // closer withdraws the subchannels (more closes) and its worker may still add one.
+    channels_[0]->join_closer();
+    std::vector<Queue*> subs;
+    {
+        std::lock_guard lock(mu_);
+        for (size_t i = 1; i < channels_.size(); i++) subs.push_back(channels_[i].get());
+    }
+    for (Queue* c : subs) c->join_closer();
 }
 
 bool Controller::start(std::string& err) {

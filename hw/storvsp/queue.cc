@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 namespace hvstor::storvsp {
@@ -35,7 +36,12 @@ Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index), log_(c
     done_swap_.reserve(n);
 }
 
+void Queue::join_closer() {
+    if (closer_.joinable()) closer_.join();
+}
+
 Queue::~Queue() {
+    join_closer();
     std::unique_ptr<vmbus::ChannelRuntime> rt;
     {
         std::lock_guard lock(mu_);
@@ -66,16 +72,28 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
 }
 
-void Queue::on_close(uint32_t) {
-    std::unique_ptr<vmbus::ChannelRuntime> rt;
+void Queue::on_close(uint32_t, vmbus::CloseDone done) {
+    std::shared_ptr<vmbus::ChannelRuntime> rt;
     {
         std::lock_guard lock(mu_);
         rt = std::move(runtime_);
     }
-    if (rt) rt->stop(); // waits for outstanding commands; takes no VMM lock
-    if (index_ == 0) {
-        ctl_.ready_ = false;
-        ctl_.primary_closed();
+    // Nothing is sent on this channel from now on (completions still owed are dropped
+    // when they come); requests on subchannels are refused until the guest opens again.
+    if (index_ == 0) ctl_.ready_ = false;
+    if (rt) rt->request_stop();
+    // The previous close called its done() already (no reopen before it), so this joins a
+    // thread that has finished or is returning.
+    if (closer_.joinable()) closer_.join();
+    auto finish = [this, rt, done = std::move(done)] {
+        if (rt) rt->stop(); // waits for outstanding commands; takes no VMM lock
+        if (index_ == 0) ctl_.primary_closed();
+        done();
+    };
+    try {
+        closer_ = std::thread(finish);
+    } catch (const std::system_error&) {
+        finish(); // no thread to spare: finish here, as slow as the outstanding I/O
     }
 }
 

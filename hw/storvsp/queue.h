@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "hvstor/guest_log.h"
@@ -50,9 +51,12 @@ public:
     // Any thread.
     ChannelStatsSnapshot stats() const;
 
+    // Returns once a close in progress has finished (the controller's destructor).
+    void join_closer();
+
     // vmbus::ChannelHandler (the bus: vCPU threads)
     uint32_t on_open(const vmbus::OpenRequest& req) override;
-    void on_close(uint32_t relid) override;
+    void on_close(uint32_t relid, vmbus::CloseDone done) override;
     void on_guest_signal(uint32_t relid) override;
     void on_target_vp(uint32_t relid, uint32_t vp) override;
 
@@ -87,6 +91,10 @@ private:
 
     mutable std::mutex mu_;                   // runtime_ against close
     std::unique_ptr<vmbus::ChannelRuntime> runtime_;
+    // Finishes a close off the vCPU thread: stops the worker once its outstanding commands
+    // completed, then tells the bus. Joined at the next close and by the destructor (the
+    // bus allows no reopen before it is done, so one is enough).
+    std::thread closer_;
     std::atomic<bool> enumerate_{false};
 
     // Counted by the worker, read by stats() from any thread.

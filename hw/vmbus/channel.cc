@@ -49,8 +49,12 @@ ChannelRuntime::~ChannelRuntime() {
     if (efd_ >= 0) close(efd_);
 }
 
-void ChannelRuntime::stop() {
+void ChannelRuntime::request_stop() {
     if (!stopping_.exchange(true)) wake();
+}
+
+void ChannelRuntime::stop() {
+    request_stop();
     if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
 }
 

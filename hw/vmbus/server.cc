@@ -99,25 +99,54 @@ void Server::close_locked(Offer& ch) {
     if (ch.open && ch.info.handler) {
         closing_.push_back({ch.info.handler, ch.relid});
         ch.closing = true;
+        closes_in_progress_++;
     }
     ch.open = false;
 }
 
-// Handlers stop their workers in on_close; never with our lock held, so a worker
-// blocked on it (offering subchannels, say) cannot deadlock the close.
+// Handlers start their close in on_close and finish it whenever their outstanding work
+// allows (close_done). on_close is never called with our lock held, so a worker blocked on
+// it (offering subchannels, say) cannot deadlock the close, and a slow device never holds
+// up the vCPU that sent CLOSECHANNEL.
 void Server::run_closes() {
     std::vector<std::pair<ChannelHandler*, uint32_t>> todo;
     {
         std::lock_guard lock(mu_);
         todo.swap(closing_);
     }
-    for (auto& [h, relid] : todo) {
-        h->on_close(relid);
+    for (auto& [h, relid] : todo) h->on_close(relid, [this, h = h, relid = relid] { close_done(h, relid); });
+}
+
+void Server::close_done(ChannelHandler* h, uint32_t relid) {
+    Outbox out;
+    {
         std::lock_guard lock(mu_);
         // The offer may be gone (rescinded and released) or reused by another device.
         if (relid <= offers_.size() && offers_[relid - 1] && offers_[relid - 1]->info.handler == h)
             offers_[relid - 1]->closing = false;
+        for (auto it = held_torndown_.begin(); it != held_torndown_.end();) {
+            if (it->handler != h || it->relid != relid) {
+                ++it;
+                continue;
+            }
+            GpadlTorndown r{};
+            r.hdr = header(MsgType::GpadlTorndown);
+            r.gpadl = it->gpadl;
+            queue(out, r);
+            it = held_torndown_.erase(it);
+        }
+        if (--closes_in_progress_ == 0) {
+            if (unload_owed_) queue(out, header(MsgType::UnloadResponse));
+            unload_owed_ = false;
+            closes_cv_.notify_all();
+        }
     }
+    flush(out);
+}
+
+bool Server::backs_live_rings(const Gpadl& g) const {
+    const Offer* ch = g.child_relid && g.child_relid <= offers_.size() ? offers_[g.child_relid - 1].get() : nullptr;
+    return ch && (ch->open || ch->closing) && ch->ring_gpadl == g.id;
 }
 
 bool Server::connected() const {
@@ -164,6 +193,11 @@ void Server::reset() {
         drop_connection_locked();
     }
     run_closes();
+    std::unique_lock lock(mu_);
+    closes_cv_.wait(lock, [&] { return closes_in_progress_ == 0; });
+    // Nothing of the old connection is answered after a reset.
+    held_torndown_.clear();
+    unload_owed_ = false;
 }
 
 void Server::drop_connection_locked() {
@@ -393,7 +427,11 @@ void Server::gpadl_teardown(std::span<const uint8_t> m, Outbox& out) {
     }
     if (auto g = gpadls_.find(t.gpadl); g != gpadls_.end()) {
         trace<HVSTOR_TRACE_vmbus_gpadl_teardown>(host(), g->second.child_relid, t.gpadl);
+        const bool hold = backs_live_rings(g->second);
+        if (hold) held_torndown_.push_back({offers_[g->second.child_relid - 1]->info.handler, g->second.child_relid, t.gpadl});
         gpadls_.erase(g);
+        // The device may still write those pages: answered once its close is done.
+        if (hold) return;
     } else {
         bad("GPADL_TEARDOWN of unknown gpadl %u", t.gpadl);
     }
@@ -445,6 +483,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
         if (r.status == kStatusSuccess) {
             ch->open = true;
             ch->target_vp = req.target_vp;
+            ch->ring_gpadl = req.ringbuffer_gpadlhandle;
         }
     }
     trace<HVSTOR_TRACE_vmbus_open_result>(host(), req.child_relid, r.status);
@@ -515,8 +554,10 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
 
 void Server::unload(Outbox& out) {
     trace<HVSTOR_TRACE_vmbus_unload>(host());
-    queue(out, header(MsgType::UnloadResponse));
     drop_connection_locked();
+    // The guest reuses its ring pages once answered: not before every device stopped.
+    if (closes_in_progress_) unload_owed_ = true;
+    else queue(out, header(MsgType::UnloadResponse));
 }
 
 Status Server::on_signal_event(uint32_t /*vp*/, uint32_t connection_id, uint16_t /*flag*/) {

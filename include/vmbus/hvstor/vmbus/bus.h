@@ -22,6 +22,10 @@ constexpr uint32_t kStatusInvalidParameter = 0xC000000D;
 // Raises the channel's interrupt on a VP. Set by the bus; called from the channel's worker.
 using GuestSignal = std::function<void(uint32_t vp)>;
 
+// Tells the bus that a closed channel's device no longer touches its rings. Called once,
+// from any thread, with no lock held that the handler's on_close() or on_open() takes.
+using CloseDone = std::function<void()>;
+
 // An OPENCHANNEL the bus has checked: the ring GPADL is one page-aligned range and the split
 // leaves pages on both sides. Valid for the duration of ChannelHandler::on_open.
 struct OpenRequest {
@@ -41,8 +45,13 @@ public:
     virtual ~ChannelHandler() = default;
     // Returns an NT status for OPENCHANNEL_RESULT.
     virtual uint32_t on_open(const OpenRequest& req) = 0;
-    // The channel is closed when this returns: no packet may be sent on it afterwards.
-    virtual void on_close(uint32_t child_relid) = 0;
+    // The guest closed the channel (or the bus withdrew it). Called on a vCPU thread: it
+    // must not wait for the device's outstanding work. Once the device has stopped and no
+    // longer touches the ring pages, it calls done() (possibly before returning). Until then
+    // the bus refuses to reopen the channel and holds back the guest's GPADL teardown of
+    // its rings, so the guest cannot reuse those pages while the device still writes them.
+    // No packet may be sent on the channel once on_close() was called.
+    virtual void on_close(uint32_t child_relid, CloseDone done) = 0;
     // The guest signalled the open channel.
     virtual void on_guest_signal(uint32_t child_relid) = 0;
     // MODIFYCHANNEL moved the channel's interrupts to another VP.
@@ -61,10 +70,10 @@ public:
     virtual ~Bus() = default;
     // Offers a channel now if the guest is connected, else when it asks for offers.
     // Returns the child relid, 0 when none is left. The handler must outlive the offer.
-    // Never call it with a lock held that on_close() of any handler takes.
+    // Never call it with a lock held that on_close() or on_open() of any handler takes.
     virtual uint32_t offer(const OfferInfo& offer) = 0;
-    // Withdraws an offer, closing the channel first (on_close runs before it returns).
-    // False if there is no such offer.
+    // Withdraws an offer, closing the channel first (on_close is called before it returns;
+    // the close may finish later). False if there is no such offer.
     virtual bool rescind(uint32_t relid) = 0;
 };
 

@@ -77,6 +77,8 @@ public:
 
     // Stops the worker after the handler's on_stop(); idempotent. Never takes VMM locks.
     void stop();
+    // Asks the worker to stop after its current round, without waiting; stop() joins it.
+    void request_stop();
 
 private:
     ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,7 +75,9 @@ public:
     bool channel_open(uint32_t relid) const;
     ServerStats stats() const;
 
-    // Drop the connection, the GPADLs and open channels; offers stay registered.
+    // Drop the connection, the GPADLs and open channels; offers stay registered. Returns
+    // once every device has finished closing (machine reset: nothing may write guest
+    // memory afterwards), which waits for their outstanding I/O.
     void reset();
 
 private:
@@ -84,10 +87,12 @@ private:
         bool offered = false;
         bool open = false;
         bool rescinded = false; // waiting for RELID_RELEASED
-        // Closed, but the handler's on_close has not returned yet: its worker may still be
-        // writing to the old rings, so no OPEN is accepted until it has.
+        // Closed, but the handler has not called its CloseDone yet: its worker may still be
+        // writing to the old rings, so no OPEN is accepted and the rings' GPADL_TORNDOWN
+        // is held back until it has.
         bool closing = false;
         uint32_t target_vp = 0;
+        uint32_t ring_gpadl = 0; // of the current or last open
     };
     struct Outgoing {
         uint32_t vp;
@@ -118,6 +123,9 @@ private:
     void relid_released(std::span<const uint8_t> m);
     void close_locked(Offer& ch);
     void run_closes();
+    void close_done(ChannelHandler* h, uint32_t relid);
+    // The GPADL backs the rings of a channel that is open or still closing.
+    bool backs_live_rings(const Gpadl& g) const;
     void finish_gpadl(Gpadl& g, Outbox& out);
     void fail_gpadl(Gpadl& g, Outbox& out);
     void answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& out);
@@ -137,7 +145,15 @@ private:
     uint8_t sint_ = kVmbusSint;
     bool offers_requested_ = false;
     std::vector<std::unique_ptr<Offer>> offers_; // index = relid - 1; null = free
-    std::vector<std::pair<ChannelHandler*, uint32_t>> closing_;
+    std::vector<std::pair<ChannelHandler*, uint32_t>> closing_; // to start, after mu_
+    uint32_t closes_in_progress_ = 0; // started and not done
+    std::condition_variable closes_cv_; // closes_in_progress_ reached 0
+    struct HeldTorndown {
+        ChannelHandler* handler;
+        uint32_t relid, gpadl;
+    };
+    std::vector<HeldTorndown> held_torndown_; // answered when that channel's close is done
+    bool unload_owed_ = false; // UNLOAD_RESPONSE, once no close is in progress
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;
     GuestErrorLog log_; // under mu_
