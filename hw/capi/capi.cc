@@ -62,6 +62,7 @@ hvstor::capi::DiskSpec to_cpp(const HvstorDiskConfig& c) {
     s.lun = c.lun;
     s.perf = str(c.perf);
     s.name = str(c.name);
+    s.fault = str(c.fault);
     return s;
 }
 
@@ -222,6 +223,16 @@ bool hvstor_disk_free(HvstorController* c, HvstorDisk* d, char** err) {
 char* hvstor_disk_stats_json(HvstorDisk* d) {
     return guarded([&] { return d ? hvstor::capi::dup_message(to_cpp(d)->stats_json().c_str()) : nullptr; },
                    [](const char*) -> char* { return nullptr; });
+}
+
+bool hvstor_disk_set_fault(HvstorDisk* d, const char* fault, char** err) {
+    return guarded(
+        [&] {
+            if (!d) throw std::invalid_argument("no disk");
+            to_cpp(d)->set_fault(str(fault));
+            return true;
+        },
+        fail_with(err, false));
 }
 
 char* hvstor_controller_stats_json(HvstorController* c) {

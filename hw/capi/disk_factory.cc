@@ -53,6 +53,8 @@ AttachedDisk::AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string na
 
 AttachedDisk::~AttachedDisk() {
     if (attached_) ctl_.detach(lun_);
+    // Commands a stall fault holds go to the backend, to be drained with the rest.
+    if (disk_) disk_->stop_faults();
     // The SCSI disk completes through the controller, so its I/O must be over before either
     // goes; the backend's destructor then has nothing left to wait for.
     if (backend_) backend_->drain();
@@ -69,7 +71,16 @@ std::string AttachedDisk::stats_json() {
         .num("bytes_read", s.bytes_read.load())
         .num("bytes_written", s.bytes_written.load())
         .num("errors", s.errors.load())
+        .num("faults", s.faults.load())
+        .num("stalled", s.stalled.load())
         .done();
+}
+
+void AttachedDisk::set_fault(std::string_view text) {
+    scsi::FaultSpec f;
+    std::string err;
+    if (!scsi::parse_fault(text, f, err)) throw DiskError(err);
+    disk_->set_fault(f);
 }
 
 std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec) {
@@ -118,6 +129,7 @@ std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, cons
     // The disk advertises what the controller accepts, so the guest never sends more.
     dc.max_transfer_bytes = ctl.config().max_transfer_bytes;
     d->disk_ = std::make_unique<scsi::Disk>(*d->backend_, dc, ctl);
+    if (!spec.fault.empty()) d->set_fault(spec.fault);
     std::string err;
     if (!ctl.attach(spec.lun, d->disk_.get(), err)) throw DiskError(err);
     d->attached_ = true;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "hvstor/backend/backend.h"
 #include "hvstor/perf/clock.h"
@@ -30,6 +31,7 @@ struct DiskSpec {
     uint8_t lun = 0;
     std::string perf;     // performance model settings (docs/perf-model.md), "" for none
     std::string name;     // statistics and timeline; "" means "lun<N>"
+    std::string fault;    // injected fault (hvstor/scsi/fault.h), "" for none
 };
 
 // A disk on a LUN, with everything it is built from. Destroying it detaches the LUN (which
@@ -51,6 +53,10 @@ public:
     // Live statistics as one JSON object: the model's when there is one, else the SCSI
     // disk's counters.
     std::string stats_json();
+
+    // Replaces the injected fault (hvstor/scsi/fault.h; "none" clears it). Throws DiskError
+    // with the reason when the text is not a fault; nothing changes then.
+    void set_fault(std::string_view text);
 
 private:
     friend class DiskFactory;

@@ -5,7 +5,7 @@
  *
  *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES]
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
- *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G
+ *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...]
  *
  * Disks can be added and removed while the guest runs (QMP device_add and
  * device_del of hv-disk); the guest is told to rescan its bus each time.
@@ -62,6 +62,7 @@ struct HvDisk {
     bool direct;
     char *serial;
     char *perf;
+    char *fault;  /* also settable while the guest runs (qom-set) */
     HvstorDisk *disk;
 };
 
@@ -166,6 +167,7 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
         .lun = d->lun,
         .perf = d->perf,
         .name = dev->id,
+        .fault = d->fault,
     };
     char *err = NULL;
 
@@ -229,6 +231,39 @@ static char *hv_disk_get_stats(Object *obj, Error **errp)
     return copy;
 }
 
+/*
+ * Fault injection, e.g. fault=error=medium,,ops=read (commas doubled on the command line)
+ * or, while the guest runs: qom-set path=/machine/peripheral/ID property=fault
+ * value=stall=hold,ops=write. "none" clears it. See docs/fault-injection.md.
+ */
+static char *hv_disk_get_fault(Object *obj, Error **errp)
+{
+    HvDisk *d = HV_DISK(obj);
+
+    return g_strdup(d->fault ? d->fault : "none");
+}
+
+static void hv_disk_set_fault(Object *obj, const char *value, Error **errp)
+{
+    HvDisk *d = HV_DISK(obj);
+    char *err = NULL;
+
+    if (d->disk && !hvstor_disk_set_fault(d->disk, value, &err)) {
+        error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
+        free(err);
+        return;
+    }
+    g_free(d->fault);
+    d->fault = g_strdup(value);
+}
+
+static void hv_disk_finalize(Object *obj)
+{
+    HvDisk *d = HV_DISK(obj);
+
+    g_free(d->fault);
+}
+
 static void hv_disk_class_init(ObjectClass *klass, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
@@ -242,6 +277,7 @@ static void hv_disk_class_init(ObjectClass *klass, void *data)
     device_class_set_props(dc, hv_disk_props);
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
     object_class_property_add_str(klass, "stats", hv_disk_get_stats, NULL);
+    object_class_property_add_str(klass, "fault", hv_disk_get_fault, hv_disk_set_fault);
 }
 
 /* Plugging needs nothing beyond realize; unplugging is unrealize, at once. */
@@ -273,6 +309,7 @@ static const TypeInfo hv_storvsc_types[] = {
         .name = TYPE_HV_DISK,
         .parent = TYPE_DEVICE,
         .instance_size = sizeof(HvDisk),
+        .instance_finalize = hv_disk_finalize,
         .class_init = hv_disk_class_init,
     },
 };

@@ -2,6 +2,7 @@
 #include <new>
 #include <vector>
 
+#include "fault_injector.h"
 #include "target.h"
 
 namespace hvstor::scsi {
@@ -54,13 +55,15 @@ void deliver(Command& cmd, DiskStats& stats, CommandSink& sink) {
 
 } // namespace
 
-Disk::Disk(backend::Backend& be, const DiskConfig& cfg, CommandSink& sink) : be_(be), cfg_(cfg), sink_(sink) {}
+Disk::Disk(backend::Backend& be, const DiskConfig& cfg, CommandSink& sink)
+    : be_(be), cfg_(cfg), sink_(sink),
+      faults_(std::make_unique<detail::FaultInjector>(stats_, [this](Command* c) { start_now(c); })) {}
 
-uint64_t Disk::blocks() const { return be_.size() / be_.block_size(); }
+Disk::~Disk() { faults_->stop(); }
 
-void Disk::submit(std::span<Command* const> cmds) {
+detail::Target Disk::target() {
     const uint32_t bs = be_.block_size();
-    const detail::Target t{
+    return detail::Target{
         .be = be_,
         .cfg = cfg_,
         .self = *this,
@@ -70,6 +73,15 @@ void Disk::submit(std::span<Command* const> cmds) {
         .max_transfer_blocks = cfg_.max_transfer_bytes / bs,
         .pattern_writes = pattern_writes_,
     };
+}
+
+void Disk::set_fault(const FaultSpec& spec) { faults_->set(spec); }
+void Disk::stop_faults() { faults_->stop(); }
+
+uint64_t Disk::blocks() const { return be_.size() / be_.block_size(); }
+
+void Disk::submit(std::span<Command* const> cmds) {
+    const detail::Target t = target();
     // Batches of the usual size stay on the stack. A larger one gets a list of its own, or,
     // when memory is that short, goes to the backend in stack-sized pieces.
     constexpr size_t kLocal = 64;
@@ -87,6 +99,15 @@ void Disk::submit(std::span<Command* const> cmds) {
     }
     size_t n = 0;
     for (Command* cmd : cmds) {
+        switch (faults_->check(*cmd)) {
+        case detail::FaultInjector::Verdict::Answered:
+            deliver(*cmd, stats_, sink_);
+            continue;
+        case detail::FaultInjector::Verdict::Held:
+            continue;
+        case detail::FaultInjector::Verdict::Pass:
+            break;
+        }
         switch (detail::start_command(*cmd, t)) {
         case detail::Started::Answered:
             deliver(*cmd, stats_, sink_);
@@ -104,6 +125,23 @@ void Disk::submit(std::span<Command* const> cmds) {
         }
     }
     if (n != 0) be_.submit(std::span<backend::Request* const>(batch, n));
+}
+
+void Disk::start_now(Command* cmd) {
+    const detail::Target t = target();
+    switch (detail::start_command(*cmd, t)) {
+    case detail::Started::Answered:
+        deliver(*cmd, stats_, sink_);
+        break;
+    case detail::Started::Issued: {
+        cmd->be_req.queue = cmd->queue;
+        backend::Request* r = &cmd->be_req;
+        be_.submit(std::span<backend::Request* const>(&r, 1));
+        break;
+    }
+    case detail::Started::Handed:
+        break;
+    }
 }
 
 void Disk::complete(backend::Request* req) {

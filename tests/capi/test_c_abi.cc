@@ -254,6 +254,26 @@ TEST_F(CAbiTest, DiskErrorsComeBackAsMessages) {
     EXPECT_EQ(take(err), "no controller or settings");
 }
 
+// hv-disk's fault property, at creation and while the guest runs; a bad one is refused with
+// its reason and the old fault stays.
+TEST_F(CAbiTest, FaultsAtCreationAndAtRunTime) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0);
+    d.fault = "error=fire";
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "fault: error=fire is not one of medium, not-ready, unit-attention, busy");
+    d.fault = "stall=hold";
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    EXPECT_FALSE(hvstor_disk_set_fault(disk, "stall=-1", &err));
+    EXPECT_EQ(take(err), "fault: stall=-1 is not a number in 1..3600000");
+    EXPECT_TRUE(hvstor_disk_set_fault(disk, "none", &err)) << take(err);
+    EXPECT_TRUE(hvstor_disk_set_fault(disk, "error=busy,every=2", &err)) << take(err);
+    EXPECT_FALSE(hvstor_disk_set_fault(nullptr, "none", &err));
+    EXPECT_EQ(take(err), "no disk");
+}
+
 TEST_F(CAbiTest, StatsJsonEscapesTheName) {
     HvstorController* c = controller();
     char* err = nullptr;
@@ -263,7 +283,7 @@ TEST_F(CAbiTest, StatsJsonEscapesTheName) {
     char* json = hvstor_disk_stats_json(disk);
     ASSERT_NE(json, nullptr);
     EXPECT_STREQ(json, R"({"disk":"q\"uote\\slash","model":false,"reads":0,"writes":0,)"
-                       R"("bytes_read":0,"bytes_written":0,"errors":0})");
+                       R"("bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0})");
     std::free(json);
 }
 

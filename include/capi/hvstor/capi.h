@@ -121,6 +121,11 @@ typedef struct HvstorDiskConfig {
      */
     const char *perf;
     const char *name;     /* for statistics and the timeline */
+    /*
+     * Injected fault, e.g. "error=medium,ops=read,lba=0-99" or "stall=hold,ops=write"
+     * (include/scsi/hvstor/scsi/fault.h, docs/fault-injection.md); NULL or "" for none.
+     */
+    const char *fault;
 } HvstorDiskConfig;
 
 /*
@@ -149,6 +154,12 @@ bool hvstor_vmbus_set_vm_perf(HvstorVmbus *vb, const char *spec, char **err);
  * or for a NULL disk.
  */
 char *hvstor_disk_stats_json(HvstorDisk *d);
+/*
+ * Replaces the disk's injected fault while the guest runs ("none" or "" clears it; commands
+ * a stall held start at once). False with a message in *err (free() it) when the text is
+ * not a fault; the old fault stays then.
+ */
+bool hvstor_disk_set_fault(HvstorDisk *d, const char *fault, char **err);
 /*
  * The controller's live statistics: totals and one object per channel (packets, SRBs,
  * completions, interrupts, ring-full waits, outstanding and its maximum, bad packets).

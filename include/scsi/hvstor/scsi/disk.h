@@ -7,10 +7,12 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "hvstor/backend/backend.h"
+#include "hvstor/scsi/fault.h"
 
 namespace hvstor::scsi {
 
@@ -67,11 +69,19 @@ struct DiskStats {
     std::atomic<uint64_t> reads{0}, writes{0}, flushes{0}, other{0};
     std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
     std::atomic<uint64_t> errors{0};  // commands ending in CHECK CONDITION
+    std::atomic<uint64_t> faults{0};  // injected (fault.h): failed or stalled
+    std::atomic<uint64_t> stalled{0}; // held by a stall fault right now
 };
+
+namespace detail {
+class FaultInjector;
+struct Target;
+} // namespace detail
 
 class Disk : private backend::CompletionSink {
 public:
     Disk(backend::Backend& be, const DiskConfig& cfg, CommandSink& sink);
+    ~Disk() override;
 
     // Starts commands; each completes exactly once through the CommandSink. Thread-safe.
     // Reads and writes of one batch reach the backend in one submit() call.
@@ -81,14 +91,23 @@ public:
     const DiskStats& stats() const { return stats_; }
     uint64_t blocks() const;
 
+    // Fault injection (fault.h); any thread. Setting a fault starts commands the previous
+    // one held. Call stop_faults() before draining the backend for good: it releases every
+    // held command to the backend and no fault applies afterwards.
+    void set_fault(const FaultSpec& spec);
+    void stop_faults();
+
 private:
     void complete(backend::Request* req) override; // backend requests this disk issued
+    void start_now(Command* cmd);                  // a command released by the injector
+    detail::Target target();
 
     backend::Backend& be_;
     DiskConfig cfg_;
     CommandSink& sink_;
     DiskStats stats_;
     std::atomic<uint32_t> pattern_writes_{0}; // see detail::Target
+    std::unique_ptr<detail::FaultInjector> faults_;
 };
 
 // Helpers for the controller: answers for a LUN with no disk behind it (INQUIRY gets

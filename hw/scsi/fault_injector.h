@@ -1,0 +1,56 @@
+// Private to the SCSI target: the Disk's fault injector (hvstor/scsi/fault.h). The Disk asks
+// it about each command before starting it; a stalled command is held here and handed back
+// to the Disk, to start as if it had just arrived, when its time is up or the fault changes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "hvstor/scsi/disk.h"
+#include "hvstor/scsi/fault.h"
+
+namespace hvstor::scsi::detail {
+
+class FaultInjector {
+public:
+    enum class Verdict { Pass, Answered, Held };
+    using Start = std::function<void(Command*)>;
+
+    FaultInjector(DiskStats& stats, Start start) : stats_(stats), start_(std::move(start)) {}
+    ~FaultInjector() { stop(); }
+
+    // Any thread. Replaces the fault; commands held by the old one start now.
+    void set(const FaultSpec& spec);
+    // Before a command starts (any thread): Pass, or Answered (its status and sense are set:
+    // deliver it), or Held (it starts later through Start).
+    Verdict check(Command& cmd);
+    // No fault from now on, nothing held, no thread: before the disk's I/O is drained.
+    void stop();
+
+private:
+    using Clock = std::chrono::steady_clock;
+    struct Held {
+        Command* cmd;
+        Clock::time_point until; // max(): until the fault changes
+    };
+    bool matches(const Command& cmd) const;
+    void release(std::vector<Command*> cmds);
+    void run_timer();
+
+    DiskStats& stats_;
+    Start start_;
+    std::atomic<bool> active_{false}; // a fault is set: the only cost on the path without one
+    std::mutex mu_;
+    std::condition_variable cv_;
+    FaultSpec spec_;
+    uint64_t matched_ = 0, injected_ = 0, rng_ = 1;
+    std::vector<Held> held_;
+    std::thread timer_; // started with the first timed stall
+    bool stopping_ = false;
+};
+
+} // namespace hvstor::scsi::detail
