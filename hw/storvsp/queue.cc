@@ -230,10 +230,7 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         if (!primary || state_ == InitState::Start) status = kStatusInvalidDeviceState;
         else if (!version_known(p.version.major_minor) || p.version.major_minor > ctl_.cfg_.max_protocol_version) {
             // Linux tries versions newest first: a mismatch is the handshake, not an error.
-            p.operation = static_cast<uint32_t>(Operation::CompleteIo);
-            p.status = kStatusRevisionMismatch;
-            reply(ch, trans_id, p, len);
-            return;
+            return answer_control(ch, trans_id, p, len, kStatusRevisionMismatch);
         }
         else state_ = InitState::VersionAgreed;
         break;
@@ -265,9 +262,7 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
             why = nullptr;
         }
         if (status != kStatusSuccess) break;
-        p.operation = static_cast<uint32_t>(Operation::CompleteIo);
-        p.status = kStatusSuccess;
-        reply(ch, trans_id, p, len);
+        answer_control(ch, trans_id, p, len, kStatusSuccess);
         // Offers go out after the answer; the guest installed its subchannel callback
         // before asking.
         ctl_.create_subchannels(n);
@@ -283,12 +278,17 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         why = "unknown operation";
         break;
     }
-    trace<HVSTOR_TRACE_storvsp_control>(ctl_.host_, ch.relid(), unsigned(op), status);
     if (status != kStatusSuccess) {
         bad_packets_++;
         if (why)
             log_("%s operation %u: %s", primary ? "primary" : "subchannel", unsigned(p.operation), why);
     }
+    answer_control(ch, trans_id, p, len, status);
+}
+
+void Queue::answer_control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len,
+                           uint32_t status) {
+    trace<HVSTOR_TRACE_storvsp_control>(ctl_.host_, ch.relid(), p.operation, status);
     p.operation = static_cast<uint32_t>(Operation::CompleteIo);
     p.status = status;
     reply(ch, trans_id, p, len);

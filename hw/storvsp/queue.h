@@ -71,6 +71,8 @@ private:
     enum class InitState { Start, Initializing, VersionAgreed, Ready };
 
     void control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
+    // Answers a control operation with `status` (COMPLETE_IO), traced.
+    void answer_control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len, uint32_t status);
     void execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                      const VstorPacket& p, uint32_t len);
     bool map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_t payload_off, uint32_t bytes);
