@@ -57,6 +57,16 @@ void check(const Item& it) {
     if (c.status == scsi::kStatusCheckCondition) FUZZ_CHECK(c.sense_len > 0);
 }
 
+// A write's data: the record's bytes over and over (a counting pattern without any).
+void fill(uint8_t* p, uint32_t len, std::span<const uint8_t> data) {
+    if (data.empty()) {
+        for (uint32_t j = 0; j < len; j++) p[j] = uint8_t(j);
+        return;
+    }
+    for (uint32_t at = 0; at < len; at += uint32_t(data.size()))
+        std::memcpy(p + at, data.data(), std::min<size_t>(data.size(), len - at));
+}
+
 void run(Reader& in) {
     const uint8_t mode = in.u8();
     const uint64_t size = kSizes[(mode >> 2) & 3];
@@ -98,8 +108,8 @@ void run(Reader& in) {
             uint32_t left = xfer;
             for (uint32_t i = 0; i < pieces && left; i++) {
                 const uint32_t len = i + 1 == pieces ? left : xfer / pieces;
-                auto p = std::make_unique<uint8_t[]>(len);
-                for (uint32_t j = 0; j < len; j++) p[j] = data.empty() ? uint8_t(j) : data[(xfer - left + j) % data.size()];
+                auto p = std::make_unique_for_overwrite<uint8_t[]>(len);
+                if (c.dir == scsi::Dir::ToDevice) fill(p.get(), len, data);
                 it.iov.push_back({p.get(), len});
                 it.pieces.push_back(std::move(p));
                 left -= len;
