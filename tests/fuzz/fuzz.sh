@@ -23,7 +23,7 @@ ALL=(vmbus_messages ring storvsp_packets scsi_cdb perf_config)
 declare -A CI_RUNS=([vmbus_messages]=15000 [ring]=40000 [storvsp_packets]=8000 [scsi_cdb]=30000 [perf_config]=150000)
 # The sources each target is about, for --coverage.
 declare -A SOURCES=(
-  [vmbus_messages]="hw/vmbus/server.cc hw/hyperv/synic.cc hw/hyperv/partition.cc"
+  [vmbus_messages]="hw/vmbus/server.cc hw/hyperv/synic.cc hw/hyperv/partition.cc hw/hyperv/cpuid.cc"
   [ring]="hw/vmbus/ring.cc"
   [storvsp_packets]="hw/storvsp/queue.cc hw/storvsp/controller.cc hw/vmbus/channel.cc hw/vmbus/ring.cc"
   [scsi_cdb]="hw/scsi"

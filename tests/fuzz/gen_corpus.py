@@ -258,7 +258,7 @@ def storvsp_seeds():
 # ---------------------------------------------------------------------------------------------
 # vmbus_messages (tests/fuzz/vmbus_messages.cc)
 (V_RAW, V_CONTACT, V_OFFERS, V_GPADL_HEADER, V_GPADL_BODY, V_GPADL_RING, V_OPEN, V_CLOSE, V_TEARDOWN, V_MODIFY,
- V_UNLOAD, V_RELEASED, V_SIGNAL, V_MSR, V_TAKE, V_MEM, V_VSTOR, V_SETTLE) = range(18)
+ V_UNLOAD, V_RELEASED, V_SIGNAL, V_MSR, V_TAKE, V_MEM, V_VSTOR, V_SETTLE, V_HYPERCALL, V_CPUID) = range(20)
 
 
 def v_contact(version_idx=0, vp=0, target=0, sint=2, conn=0, features=0, raw_version=None):
@@ -340,6 +340,26 @@ def vmbus_seeds():
                                        rec(V_MSR, u8(0) + u8(3) + u64(0)), rec(V_TAKE),
                                        rec(V_MSR, u8(0) + u8(4) + u64(0x100F3)), v_contact(vp=0, target=1), rec(V_TAKE),
                                        rec(V_MEM, u32(0x2000 + 2 * 256) + u32(1)), v_contact(), rec(V_TAKE)])
+    # The partition around the server: its MSRs (the hypercall page needs a guest OS id first),
+    # hypercalls with bad control words and inputs, POST_MESSAGE inputs that are unaligned,
+    # cross a page, are too long or lie in the MMIO hole; CPUID leaves.
+    def msr(which, value, vp=0):
+        return rec(V_MSR, u8(vp) + u8(which) + u64(value))
+
+    def hcall(control, input_, output=0, vp=0):
+        return rec(V_HYPERCALL, u8(vp) + u64(control) + u64(input_) + u64(output))
+    s['partition'] = vmbus_input(1, [
+        msr(7, 0x7001), msr(6, 0x8100000000000000), msr(7, 0x7001), msr(8, 0x6001), msr(9, 1), msr(10, 5), msr(11, 1),
+        msr(20, 0), msr(200, 0), msr(5, 0x10005), msr(5, 0x0005),
+        rec(V_MEM, u32(0x8000) + u32(1) + u32(0) + u32(1) + u32(12) + u32(14) + bytes(8)), hcall(0x5C, 0x8000),
+        hcall(0x5C | (1 << 32), 0x8000), hcall(0x5C | (1 << 16), 0x8000), hcall(0x5C | (1 << 17), 0x8000),
+        hcall(0x5C, 0x8004), hcall(0x5C, 0x8FF8), hcall(0x5C, 0xC0000), hcall(0x99, 0x8000),
+        rec(V_MEM, u32(0x8000) + u32(1) + u32(0) + u32(1) + u32(300)), hcall(0x5C, 0x8000),
+        rec(V_MEM, u32(0x8000) + u32(1) + u32(0) + u32(0x80000001) + u32(8)), hcall(0x5C, 0x8000),
+        rec(V_MEM, u32(0x8000) + u64(0x10001 | (1 << 48))), hcall(0x5D, 0x8000), hcall(0x5D | (1 << 16), 0x10001),
+        hcall(0x5D, 0x8003, vp=1)] +
+        [rec(V_CPUID, u32(leaf) + u32(0)) for leaf in (0x40000000, 0x40000001, 0x40000003, 0x40000004, 0x40000005,
+                                                         0x4000000A, 0x40000100, 1, 0x80000007)])
     return s
 
 

@@ -2,8 +2,9 @@
 // partition to the VMBus server: INITIATE_CONTACT with any version, SINT and VP,
 // REQUEST_OFFERS, GPADL_HEADER/BODY (raw, or a ring laid out as Linux does), OPENCHANNEL,
 // CLOSECHANNEL, GPADL_TEARDOWN, MODIFYCHANNEL, UNLOAD, RELID_RELEASED, raw messages with any
-// connection id and type; plus SIGNAL_EVENT, SynIC MSR writes, writes to guest memory (a ring
-// or the message page) and storvsp packets into an opened channel's ring. A storvsp
+// connection id and type; plus SIGNAL_EVENT, any hypercall (control word, input and output as
+// the guest passes them), writes and reads of the Hyper-V MSRs, CPUID, writes to guest memory
+// (a ring or the message page) and storvsp packets into an opened channel's ring. A storvsp
 // controller with a RAM disk is offered, so opens start real channel workers.
 //
 // Input: a mode byte (bit 0: the guest takes its messages after every record, as a running
@@ -54,13 +55,15 @@ enum Rec : uint8_t {
     kUnload = 10,
     kReleased = 11,   // u32 relid
     kSignal = 12,     // u8 vp, u32 relid, u8 fast
-    kMsr = 13,        // u8 vp, u8 which, u64 value
+    kMsr = 13,        // u8 vp, u8 which (below 12: the table in record(), else an MSR of the range), u64 value
     kTake = 14,       // the guest takes its messages now
     kMemWrite = 15,   // u32 gpa, bytes
     kVstor = 16,      // u8 first page, u8 split, u8 relid, vstor packet: into that ring, then signal
     kSettle = 17,     // wait until the host has read what kVstor wrote to open channels (200 ms per input at most)
+    kHypercall = 18,  // u8 vp, u64 control, u64 input, u64 output: any hypercall, as the guest makes it
+    kCpuid = 19,      // u32 leaf, u32 subleaf
 };
-constexpr uint8_t kRecords = 18;
+constexpr uint8_t kRecords = 20;
 
 class Rig {
 public:
@@ -194,11 +197,28 @@ public:
             break;
         }
         case kMsr: {
-            static constexpr uint32_t kMsrs[] = {hv::msr::kSimp, hv::msr::kSiefp, hv::msr::kScontrol,
-                                                 hv::msr::kEom, hv::msr::kSint0 + kVmbusSint, hv::msr::kSint0};
+            static constexpr uint32_t kMsrs[] = {
+                hv::msr::kSimp, hv::msr::kSiefp, hv::msr::kScontrol, hv::msr::kEom, hv::msr::kSint0 + kVmbusSint,
+                hv::msr::kSint0, hv::msr::kGuestOsId, hv::msr::kHypercall, hv::msr::kVpAssistPage,
+                hv::msr::kTscInvariantControl, hv::msr::kVpIndex, hv::msr::kSversion};
             const uint32_t vp = b.u8() % kVps;
             const uint8_t which = b.u8();
-            wrmsr(vp, which < 6 ? kMsrs[which] : hv::msr::kSint0 + which % 16, b.u64());
+            const uint32_t msr = which < 12 ? kMsrs[which] : hv::msr::kRangeFirst + (which - 12u) * 3;
+            wrmsr(vp, msr, b.u64());
+            uint64_t back;
+            (void)part_.rdmsr(vp, msr, back);
+            break;
+        }
+        case kHypercall: {
+            const uint32_t vp = b.u8() % kVps;
+            const uint64_t control = b.u64(), input = b.u64(), output = b.u64();
+            (void)part_.hypercall(vp, control, input, output);
+            break;
+        }
+        case kCpuid: {
+            const uint32_t leaf = b.u32(), subleaf = b.u32();
+            hv::CpuidRegs regs{};
+            part_.cpuid(leaf, subleaf, regs);
             break;
         }
         case kTake: take_all(); break;
