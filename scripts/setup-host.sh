@@ -14,6 +14,10 @@ PKGS=(
   seabios qemu-system-data ipxe-qemu
   busybox-static cpio zstd xz-utils kmod dpkg-dev
   gnuplot-nox
+  # tests/fuzz: clang, its sanitizer and libFuzzer runtimes (libclang-rt-dev pulls in
+  # libclang-rt-14-dev, which ships libclang_rt.fuzzer-x86_64.a for bookworm's clang 14),
+  # and llvm-profdata/llvm-cov for fuzz.sh --coverage.
+  clang libclang-rt-dev llvm
 )
 
 apt_sources_ready() {

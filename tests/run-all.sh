@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Everything `./hvstor test` runs: unit tests (ASan + UBSan), then boot tests against
-# stock Debian kernels under our QEMU. Ends with "N passed, M failed".
+# Everything `./hvstor test` runs: unit tests (ASan + UBSan, then TSan), lints, the fuzz
+# targets for a fixed number of inputs, then boot tests against stock Debian kernels under
+# our QEMU. Ends with "N passed, M failed".
 set -uo pipefail
 . "$(dirname "$0")/../scripts/lib.sh"
 
@@ -45,6 +46,14 @@ done
 # House rule: no function over 80 lines in the device without a "Long:" reason above it.
 python3 "$HVSTOR_ROOT/tests/lint/function_length.py" --max 80 "$HVSTOR_ROOT/hw" "$HVSTOR_ROOT/backend" | tail -n 20
 record "lint: function length" "${PIPESTATUS[0]}"
+
+# Each libFuzzer target (tests/fuzz, docs/fuzzing.md) for a fixed number of inputs, starting
+# from its checked-in seeds: about 2-3 minutes in all on two cores, once built. A finding fails
+# its step; the input is kept in .cache/fuzz-artifacts/TARGET/ with the command to replay it.
+for t in vmbus_messages ring storvsp_packets scsi_cdb perf_config; do
+  bash "$HVSTOR_ROOT/tests/fuzz/fuzz.sh" --ci --seeds-only "$t" 2>&1 | tail -n 12
+  record "fuzz: $t (libFuzzer, ASan/UBSan)" "${PIPESTATUS[0]}"
+done
 
 QEMU=$(bash "$HVSTOR_ROOT/scripts/build-qemu.sh" | tail -n 1) || die "QEMU build failed"
 export QEMU

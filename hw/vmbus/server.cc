@@ -415,7 +415,7 @@ void Server::gpadl_body(std::span<const uint8_t> m, Outbox& out) {
     }
     const size_t at = g.range_data.size();
     g.range_data.resize(at + carried);
-    std::memcpy(g.range_data.data() + at, m.data() + sizeof b, carried * 8);
+    if (carried) std::memcpy(g.range_data.data() + at, m.data() + sizeof b, carried * 8); // may be nothing yet
     if (g.complete()) finish_gpadl(g, out);
 }
 

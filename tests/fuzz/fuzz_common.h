@@ -1,0 +1,90 @@
+// What the libFuzzer targets share: a reader that decodes the input front to back (so that
+// tests/fuzz/gen_corpus.py can write inputs that mean something), and a check that ends the
+// run with a message. The guest RAM the device targets use: fuzz_host.h.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+
+namespace hvstor::fuzz {
+
+// A finding: print why and abort, so libFuzzer saves the input.
+[[noreturn]] inline void fail(const char* what) {
+    std::fprintf(stderr, "fuzz check failed: %s\n", what);
+    std::fflush(stderr);
+    std::abort();
+}
+#define FUZZ_CHECK(cond)                                                                            \
+    do {                                                                                            \
+        if (!(cond)) ::hvstor::fuzz::fail(#cond " (" __FILE__ ":" FUZZ_STR(__LINE__) ")");          \
+    } while (0)
+#define FUZZ_STR2(x) #x
+#define FUZZ_STR(x) FUZZ_STR2(x)
+
+// Little-endian fields from the front of the input; zeros once it runs out.
+class Reader {
+public:
+    Reader(const uint8_t* data, size_t size) : p_(data), left_(size) {}
+    Reader(std::span<const uint8_t> s) : p_(s.data()), left_(s.size()) {}
+
+    size_t left() const { return left_; }
+    bool empty() const { return left_ == 0; }
+
+    uint8_t u8() {
+        if (!left_) return 0;
+        left_--;
+        return *p_++;
+    }
+    uint16_t u16() { return uint16_t(u8() | u8() << 8); }
+    uint32_t u32() { return uint32_t(u16()) | uint32_t(u16()) << 16; }
+    uint64_t u64() { return uint64_t(u32()) | uint64_t(u32()) << 32; }
+    // Up to n bytes (fewer when the input ends).
+    std::span<const uint8_t> bytes(size_t n) {
+        n = n < left_ ? n : left_;
+        std::span<const uint8_t> s(p_, n);
+        p_ += n;
+        left_ -= n;
+        return s;
+    }
+    // Copies up to sizeof(T) bytes over a zeroed T.
+    template <typename T> T fill() {
+        T v{};
+        auto b = bytes(sizeof v);
+        std::memcpy(&v, b.data(), b.size());
+        return v;
+    }
+
+private:
+    const uint8_t* p_;
+    size_t left_;
+};
+
+// One record: a type byte, a u16 length, that many bytes (fewer at the end of the input).
+struct Record {
+    uint8_t type;
+    std::span<const uint8_t> body;
+};
+inline bool next_record(Reader& in, Record& r) {
+    if (in.empty()) return false;
+    r.type = in.u8();
+    const uint16_t len = in.u16();
+    r.body = in.bytes(len);
+    return true;
+}
+
+// A small deterministic generator for the flip threads (seeded from the input).
+struct Rng {
+    uint64_t s;
+    uint64_t next() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        return s;
+    }
+};
+
+} // namespace hvstor::fuzz

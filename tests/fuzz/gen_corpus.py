@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets: tests/fuzz/corpus/<target>/<name>.
+
+Each seed is a small valid input that gets deep: a whole VMBus handshake and an open channel,
+the storvsp init sequence followed by SRBs of each kind, every SCSI opcode the disk knows,
+settings strings from docs/perf-model.md. The encoding follows the target sources (each
+target's header comment, and the Rec enums): a mode byte or two, then records of
+  u8 type, u16 length (little-endian), that many bytes.
+
+    python3 tests/fuzz/gen_corpus.py [OUTDIR]    # default: tests/fuzz/corpus next to this file
+
+Rewrites every seed and removes files that are no longer generated, so the checked-in corpus
+is exactly what this script produces.
+"""
+import os
+import struct
+import sys
+
+
+def u8(v): return struct.pack('<B', v & 0xFF)
+def u16(v): return struct.pack('<H', v & 0xFFFF)
+def u32(v): return struct.pack('<I', v & 0xFFFFFFFF)
+def u64(v): return struct.pack('<Q', v & 0xFFFFFFFFFFFFFFFF)
+def be16(v): return struct.pack('>H', v)
+def be32(v): return struct.pack('>I', v)
+def be64(v): return struct.pack('>Q', v)
+
+
+def rec(kind, body=b''):
+    return u8(kind) + u16(len(body)) + body
+
+
+# ---------------------------------------------------------------------------------------------
+# ring (tests/fuzz/ring.cc)
+R_MEM, R_PUT, R_INHDR, R_OUTHDR, R_PEEK, R_COMMIT, R_MASK, R_OUTWRITE, R_OUTCOMMIT, R_PENDING, R_GREAD = range(11)
+
+
+def ring_put(type_=6, offset8=2, len8=0, flags=1, trans=1, body=b''):
+    return rec(R_PUT, u16(type_) + u16(offset8) + u16(len8) + u16(flags) + u64(trans) + body)
+
+
+def ring_input(mode, in_pages, out_pages, in_pfns, out_pfns, records):
+    head = u8(mode) + u8(in_pages - 1) + u8(out_pages - 1) + bytes(in_pfns) + bytes(out_pfns)
+    return head + b''.join(records)
+
+
+def ring_out_write(t=2, flags=0, trans=1, length=64, pattern=b'\x5a'):
+    return rec(R_OUTWRITE, u8(t) + u16(flags) + u64(trans) + u16(length) + pattern)
+
+
+def ring_seeds():
+    s = {}
+    body48 = bytes(range(48))
+    # One packet through each ring, as a channel's first request and its completion.
+    s['roundtrip'] = ring_input(0, 1, 1, [0, 1], [2, 3], [
+        ring_put(body=body48), rec(R_PEEK, u8(0) + u8(1)), rec(R_COMMIT), rec(R_MASK, u8(1)),
+        ring_out_write(), rec(R_OUTCOMMIT), rec(R_GREAD, u8(0)), rec(R_MASK, u8(0)), rec(R_COMMIT)])
+    # Packets that wrap around the end of a one-page ring.
+    recs = []
+    for i in range(10):
+        recs += [ring_put(trans=i + 1, body=bytes([i]) * 300), rec(R_PEEK, u8(0) + u8(1)), rec(R_COMMIT)]
+    s['wrap'] = ring_input(0, 1, 1, [0, 1], [2, 3], recs)
+    # The host-to-guest ring filling up: pending_send_sz, then the guest reading.
+    recs = [ring_out_write(trans=i, length=1000) for i in range(6)]
+    recs += [rec(R_PENDING, u32(2048)), rec(R_OUTCOMMIT), rec(R_GREAD, u8(3)), ring_out_write(length=1000),
+             rec(R_OUTCOMMIT), rec(R_GREAD, u8(7))]
+    s['out-full'] = ring_input(0, 1, 1, [0, 1], [2, 3], recs)
+    # A guest that wants to hear about free space (pending_send_sz) as the host reads.
+    s['pending-send'] = ring_input(0, 1, 1, [0, 1], [2, 3], [
+        ring_put(trans=1, body=body48), ring_put(trans=2, body=body48), rec(R_INHDR, u8(3) + u32(64)),
+        rec(R_PEEK, u8(0) + u8(1)), rec(R_PEEK, u8(0) + u8(1)), rec(R_COMMIT)])
+    # Hostile: descriptor lengths and offsets, an unaligned write index, indices past the end.
+    s['bad-len8'] = ring_input(0, 1, 1, [0, 1], [2, 3], [ring_put(len8=0x400, body=body48), rec(R_PEEK, u8(0) + u8(1))])
+    s['bad-offset8'] = ring_input(0, 1, 1, [0, 1], [2, 3], [ring_put(offset8=0x30, body=body48), rec(R_PEEK, u8(0) + u8(1))])
+    s['bad-windex'] = ring_input(0, 1, 1, [0, 1], [2, 3], [ring_put(body=body48), rec(R_INHDR, u8(0) + u32(4)),
+                                                          rec(R_PEEK, u8(0) + u8(1)), rec(R_OUTHDR, u8(1) + u32(0x10000)),
+                                                          ring_out_write(), rec(R_OUTCOMMIT)])
+    # The guest's header written before the rings are set up (read and write indices).
+    s['preset-indices'] = ring_input(0, 2, 2, [0, 1, 2], [3, 4, 5], [
+        rec(R_MEM, u16(0) + u32(0x1ff8) + u32(0x1ff8)), rec(R_MEM, u16(3 * 4096) + u32(0x1000)),
+        ring_put(body=body48), rec(R_PEEK, u8(0) + u8(1)), rec(R_COMMIT), ring_out_write(), rec(R_OUTCOMMIT)])
+    # One page mapped as header and data of both rings, and outside RAM.
+    s['aliased'] = ring_input(0, 2, 2, [0, 0, 0], [0, 1, 1], [ring_put(body=body48), rec(R_PEEK, u8(0) + u8(1)),
+                                                          ring_out_write(), rec(R_OUTCOMMIT)])
+    s['not-ram'] = ring_input(0, 1, 1, [0, 0xFE], [2, 0xFF], [])
+    # Flip mode: a thread changes the guest-to-host ring while the host peeks at it.
+    recs = [ring_put(trans=i + 1, body=bytes(range(40))) for i in range(8)]
+    recs += [rec(R_PEEK, u8(0) + u8(i & 1)) for i in range(16)]
+    s['flip'] = ring_input(1, 2, 1, [0, 1, 2], [3, 4], recs)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# storvsp_packets (tests/fuzz/storvsp_packets.cc)
+S_CONTROL, S_SRB, S_RAW, S_SETTLE, S_OPENSUB, S_USE, S_CLOSE, S_REOPEN, S_LUN, S_MEM, S_HANDSHAKE = range(11)
+OP_EXECUTE_SRB, OP_RESET_LUN, OP_RESET_BUS, OP_BEGIN, OP_END, OP_QUERY_VERSION, OP_QUERY_PROPS, OP_CREATE_SUB = 3, 4, 6, 7, 8, 9, 10, 13
+DATA_WRITE, DATA_READ, DATA_NONE = 0, 1, 2
+DATA_AREA = 0x40000
+
+
+def vstor(op, union=b'', flags=0, status=0):
+    return u32(op) + u32(flags) + u32(status) + union
+
+
+def s_control(op, union=b'', length=0, type_sel=0):
+    return rec(S_CONTROL, u8(length) + u8(type_sel) + vstor(op, union))
+
+
+def cdb_pad(cdb):
+    return (cdb + bytes(16))[:16]
+
+
+def s_srb(cdb, data_in=DATA_NONE, length=0, lun=0, kind=0, boff=0, flags=0, cdb_len=None, addr=0, sense=20, tail=b''):
+    n = len(cdb) if cdb_len is None else cdb_len
+    return rec(S_SRB, u8(lun) + u8(addr) + u8(n) + u8(sense) + u8(data_in) + u32(length) + u8(kind) + u32(boff)
+               + u8(flags) + cdb_pad(cdb) + tail)
+
+
+def rw10(op, lba, blocks, flags=0): return bytes([op, flags]) + be32(lba) + b'\0' + be16(blocks) + b'\0'
+def rw16(op, lba, blocks, flags=0): return bytes([op, flags]) + be64(lba) + be32(blocks) + b'\0\0'
+def rw6(op, lba, blocks): return bytes([op, (lba >> 16) & 0x1F, (lba >> 8) & 0xFF, lba & 0xFF, blocks & 0xFF, 0])
+def rw12(op, lba, blocks, flags=0): return bytes([op, flags]) + be32(lba) + be32(blocks) + b'\0\0'
+def inquiry(evpd=0, page=0, alloc=255): return bytes([0x12, evpd, page]) + be16(alloc) + b'\0'
+def mode_sense6(page=0x3F, alloc=255, dbd=0): return bytes([0x1A, dbd, page, 0, alloc, 0])
+def mode_sense10(page=0x3F, alloc=1024): return bytes([0x5A, 0, page, 0, 0, 0, 0]) + be16(alloc) + b'\0'
+def read_cap10(): return bytes([0x25]) + bytes(9)
+def read_cap16(alloc=32): return bytes([0x9E, 0x10]) + bytes(8) + be32(alloc) + b'\0\0'
+def report_luns(alloc=256): return bytes([0xA0, 0, 0, 0, 0, 0]) + be32(alloc) + b'\0\0'
+def sync10(): return bytes([0x35]) + bytes(9)
+def sync16(): return bytes([0x91]) + bytes(15)
+def unmap(plen): return bytes([0x42, 0, 0, 0, 0, 0, 0]) + be16(plen) + b'\0'
+def write_same10(lba, blocks, flags=0): return bytes([0x41, flags]) + be32(lba) + b'\0' + be16(blocks) + b'\0'
+def write_same16(lba, blocks, flags=0): return bytes([0x93, flags]) + be64(lba) + be32(blocks) + b'\0\0'
+def tur(): return bytes(6)
+def request_sense(alloc=18): return bytes([0x03, 0, 0, 0, alloc, 0])
+def verify10(lba, blocks): return bytes([0x2F, 0]) + be32(lba) + b'\0' + be16(blocks) + b'\0'
+def start_stop(): return bytes([0x1B, 0, 0, 0, 1, 0])
+def pr_in(sa=0, alloc=64): return bytes([0x5E, sa, 0, 0, 0, 0, 0]) + be16(alloc) + b'\0'
+def mode_select6(plen): return bytes([0x15, 0x10, 0, 0, plen, 0])
+def mode_select10(plen): return bytes([0x55, 0x10, 0, 0, 0, 0, 0]) + be16(plen) + b'\0'
+
+
+def unmap_params(ranges):
+    desc = b''.join(be64(lba) + be32(n) + b'\0' * 4 for lba, n in ranges)
+    return be16(6 + len(desc)) + be16(len(desc)) + b'\0' * 4 + desc
+
+
+def s_mem(offset, data):
+    return rec(S_MEM, u32(offset) + data)
+
+
+def storvsp_input(mode, records, seed=0):
+    return u8(mode) + u64(seed) + b''.join(records)
+
+
+def srb_batch():
+    """SRBs of each kind the disk knows, each with its buffer in the data area."""
+    r = []
+    r.append(s_mem(0, bytes(range(256)) * 16))
+    r.append(s_srb(rw10(0x2A, 8, 8), DATA_WRITE, 4096, boff=0))
+    r.append(s_srb(rw10(0x28, 8, 8), DATA_READ, 4096, boff=0x2000))
+    r.append(s_srb(rw16(0x8A, 64, 16, 0x08), DATA_WRITE, 8192, boff=0x4100))  # FUA, unaligned buffer
+    r.append(s_srb(rw16(0x88, 64, 16), DATA_READ, 8192, boff=0x8000))
+    r.append(s_srb(rw6(0x0A, 3, 1), DATA_WRITE, 512, boff=0x10000))
+    r.append(s_srb(rw6(0x08, 3, 1), DATA_READ, 512, boff=0x10200))
+    r.append(s_srb(rw12(0xA8, 4, 2), DATA_READ, 1024, boff=0x10400))
+    r.append(s_srb(inquiry(), DATA_READ, 255, boff=0x11000))
+    for page in (0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2):
+        r.append(s_srb(inquiry(1, page), DATA_READ, 255, boff=0x11000 + page))
+    r.append(s_srb(mode_sense6(), DATA_READ, 255, boff=0x12000))
+    r.append(s_srb(mode_sense10(0x08), DATA_READ, 1024, boff=0x12400))
+    r.append(s_srb(read_cap10(), DATA_READ, 8, boff=0x13000))
+    r.append(s_srb(read_cap16(), DATA_READ, 32, boff=0x13100))
+    r.append(s_srb(report_luns(), DATA_READ, 256, boff=0x13200))
+    r.append(s_srb(sync10()))
+    r.append(s_srb(tur()))
+    r.append(s_srb(request_sense(), DATA_READ, 18, boff=0x13400))
+    r.append(s_settle())
+    return r
+
+
+def s_settle(): return rec(S_SETTLE)
+
+
+def handshake_controls(version=0x0602):
+    return [s_control(OP_BEGIN), s_control(OP_QUERY_VERSION, u16(version) + u16(0)), s_control(OP_QUERY_PROPS),
+            s_control(OP_END), s_settle()]
+
+
+def storvsp_seeds():
+    s = {}
+    s['handshake'] = storvsp_input(0, handshake_controls())
+    s['handshake-win8'] = storvsp_input(8, handshake_controls(0x0602) + handshake_controls(0x0501))
+    s['srb-kinds'] = storvsp_input(0, [rec(S_HANDSHAKE)] + srb_batch())
+    s['srb-kinds-null'] = storvsp_input(2, [rec(S_HANDSHAKE)] + [s_srb(rw10(0x28, 0, 128), DATA_READ, 65536, lun=1),
+                                                               s_srb(rw10(0x2A, 1 << 20, 8), DATA_WRITE, 4096, lun=1),
+                                                               s_srb(read_cap16(), DATA_READ, 32, lun=1), s_settle()])
+    params = unmap_params([(0, 8), (64, 16)])
+    s['unmap-write-same'] = storvsp_input(0, [rec(S_HANDSHAKE), s_mem(0x20000, params), s_mem(0x21000, b'\xab' * 512),
+                                              s_srb(unmap(len(params)), DATA_WRITE, len(params), boff=0x20000),
+                                              s_srb(write_same10(16, 8), DATA_WRITE, 512, boff=0x21000),
+                                              s_srb(write_same16(32, 8, 0x08), DATA_WRITE, 512, boff=0x21000),
+                                              s_srb(sync16()), s_settle()])
+    # Multi-channel: two subchannels opened, I/O on each, then the primary closes them all.
+    s['subchannels'] = storvsp_input(0, [rec(S_HANDSHAKE), s_control(OP_CREATE_SUB, u16(2)), s_settle(),
+                                         rec(S_OPENSUB, u8(0)), rec(S_HANDSHAKE), rec(S_OPENSUB, u8(0)),
+                                         s_srb(rw10(0x2A, 0, 8), DATA_WRITE, 4096, boff=0),
+                                         rec(S_USE, u8(1)), s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, boff=0x1000),
+                                         rec(S_USE, u8(0)), s_control(OP_RESET_BUS), s_settle(),
+                                         rec(S_CLOSE, u8(2)), rec(S_CLOSE, u8(0)), rec(S_REOPEN), rec(S_HANDSHAKE)])
+    # Hostile SRBs: buffers in the MMIO hole, off the end of RAM, far away, made-up ranges;
+    # CDB and data_in out of range; longer than max-transfer; an absent LUN and target.
+    ranges = u8(2) + u8(2) + u32(4096) + u16(0) + u8(1) + u8(3) + u32(4096) + u16(0x800) + u8(2) + u8(4) + u8(0xFD)
+    s['srb-hostile'] = storvsp_input(0, [rec(S_HANDSHAKE),
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, kind=1, boff=0x100),
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, kind=2, boff=0x800),
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, kind=4),
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 8192, kind=3, tail=ranges),
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, kind=0, boff=0x7F800),  # runs into the hole
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, cdb_len=0),
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, cdb_len=17),
+                                         s_srb(rw10(0x28, 0, 8), 3, 4096),
+                                         s_srb(rw10(0x28, 0, 256), DATA_READ, 1 << 20),
+                                         s_srb(inquiry(), DATA_READ, 255, lun=5),
+                                         s_srb(rw10(0x28, 0, 1), DATA_READ, 512, lun=7),
+                                         s_srb(tur(), addr=4),
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, flags=2),  # data without GPA ranges
+                                         s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, flags=1),  # pre-win8 packet size
+                                         s_settle()])
+    # Protocol violations: out of order, wrong versions, short packets, unknown operations
+    # and packet types, a raw packet whose len8 lies.
+    s['control-hostile'] = storvsp_input(0, [s_srb(tur()), s_control(OP_QUERY_PROPS), s_control(OP_BEGIN),
+                                             s_control(OP_QUERY_VERSION, u16(0x0700) + u16(0)), s_control(OP_END),
+                                             s_control(OP_BEGIN, length=8), s_control(99), s_control(OP_BEGIN, type_sel=1),
+                                             s_control(OP_BEGIN, type_sel=5), s_control(OP_CREATE_SUB, u16(1)),
+                                             s_control(OP_QUERY_VERSION, u16(0x0602) + u16(0)), s_control(OP_END),
+                                             s_control(OP_CREATE_SUB, u16(9)), s_control(OP_CREATE_SUB, u16(0)),
+                                             s_control(OP_RESET_LUN), s_settle(),
+                                             rec(S_RAW, u16(6) + u16(2) + u16(0) + u16(1) + vstor(OP_BEGIN, bytes(52))),
+                                             rec(S_RAW, u16(6) + u16(200) + u16(0) + u16(1) + vstor(OP_BEGIN, bytes(52))),
+                                             s_settle(),
+                                             rec(S_RAW, u16(6) + u16(2) + u16(3) + u16(1) + vstor(OP_BEGIN, bytes(52))),
+                                             s_settle()])
+    # A disk removed and added back while the guest uses it.
+    s['hot-remove'] = storvsp_input(2, [rec(S_HANDSHAKE), s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, lun=1),
+                                        rec(S_LUN, u8(1) + u8(0)), s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, lun=1),
+                                        s_settle(), rec(S_LUN, u8(1) + u8(1)), s_srb(inquiry(), DATA_READ, 255, lun=1),
+                                        s_srb(report_luns(), DATA_READ, 256), s_settle()])
+    # Back-pressure: more requests than the channel takes at once (outstanding 8).
+    s['backpressure'] = storvsp_input(0, [rec(S_HANDSHAKE)] +
+                                      [s_srb(rw10(0x28, i * 16, 16), DATA_READ, 8192, boff=i * 0x2000) for i in range(24)] +
+                                      [s_settle()])
+    # Flip mode: a thread changes the packets and buffers while the host reads them.
+    s['flip'] = storvsp_input(1, [rec(S_HANDSHAKE)] + srb_batch()[1:8], seed=0x1234567)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# vmbus_messages (tests/fuzz/vmbus_messages.cc)
+(V_RAW, V_CONTACT, V_OFFERS, V_GPADL_HEADER, V_GPADL_BODY, V_GPADL_RING, V_OPEN, V_CLOSE, V_TEARDOWN, V_MODIFY,
+ V_UNLOAD, V_RELEASED, V_SIGNAL, V_MSR, V_TAKE, V_MEM, V_VSTOR, V_SETTLE, V_HYPERCALL, V_CPUID) = range(20)
+
+
+def v_contact(version_idx=0, vp=0, target=0, sint=2, conn=0, features=0, raw_version=None):
+    body = u8(vp) + u8(version_idx if raw_version is None else 0xFF)
+    if raw_version is not None:
+        body += u32(raw_version)
+    return rec(V_CONTACT, body + u8(target) + u8(sint) + u8(conn) + u32(features))
+
+
+def v_ring(relid=1, gpadl=1, pages=10, first=0, byte_offset=None):
+    body = u8(relid) + u8(gpadl) + u8(pages - 2) + u8(first)
+    body += u8(0x10) + u16(byte_offset) if byte_offset is not None else u8(0)
+    return rec(V_GPADL_RING, body)
+
+
+def v_open(relid=1, gpadl=1, vp=0, split=5, openid=1):
+    return rec(V_OPEN, u32(relid) + u32(openid) + u32(gpadl) + u32(vp) + u32(split))
+
+
+def v_vstor(op, union=b'', first=0, split=5, relid=1):
+    return rec(V_VSTOR, u8(first) + u8(split - 2) + u8(relid) + vstor(op, union))
+
+
+def vmbus_input(mode, records):
+    return u8(mode) + b''.join(records)
+
+
+def v_connect(version_idx=0):
+    return [v_contact(version_idx), rec(V_OFFERS)]
+
+
+def v_storvsp_handshake(**kw):
+    return [v_vstor(OP_BEGIN, **kw), v_vstor(OP_QUERY_VERSION, u16(0x0602) + u16(0), **kw),
+            v_vstor(OP_QUERY_PROPS, **kw), v_vstor(OP_END, **kw), rec(V_SETTLE)]
+
+
+def vmbus_seeds():
+    s = {}
+    # The whole life of a channel, as Linux goes through it.
+    s['channel-life'] = vmbus_input(1, v_connect() + [v_ring(), v_open()] + v_storvsp_handshake() + [
+        rec(V_MODIFY, u32(1) + u32(1)), rec(V_CLOSE, u32(1)), rec(V_TEARDOWN, u32(1) + u32(1)), rec(V_UNLOAD)])
+    # Subchannels: offered after CREATE_SUB_CHANNELS, rescinded when the primary closes, released.
+    s['subchannel-rescind'] = vmbus_input(1, v_connect() + [v_ring(), v_open()] + v_storvsp_handshake() + [
+        v_vstor(OP_CREATE_SUB, u16(1)), rec(V_SETTLE), v_ring(relid=2, gpadl=2, first=12),
+        v_open(relid=2, gpadl=2, openid=2), rec(V_SIGNAL, u8(0) + u32(2) + u8(0)), rec(V_CLOSE, u32(1)),
+        rec(V_RELEASED, u32(2)), rec(V_TEARDOWN, u32(2) + u32(2)), rec(V_OFFERS)])
+    # Every version this server speaks, and some it does not, on the connection ids Linux uses.
+    s['versions'] = vmbus_input(1, [v_contact(i) for i in range(8)] + [
+        v_contact(raw_version=0x00060000), v_contact(raw_version=0x00050004, conn=2), v_contact(4, conn=2),
+        v_contact(0, conn=1), v_contact(0, sint=16), v_contact(0, target=5), v_contact(7, vp=1, target=1)])
+    s['old-guest'] = vmbus_input(1 | 4, [v_contact(7), rec(V_OFFERS), v_ring(pages=6), v_open(split=3),
+                                         rec(V_MODIFY, u32(1) + u32(1)), rec(V_UNLOAD)])
+    # A large GPADL in a header and several bodies; then ones that do not add up.
+    s['gpadl-bodies'] = vmbus_input(1, v_connect() + [v_ring(pages=32), v_ring(gpadl=2, pages=2, first=40),
+                                                      v_ring(gpadl=3, byte_offset=0x200),
+                                                      rec(V_GPADL_HEADER, u32(1) + u32(4) + u16(24) + u16(1) + u64(0x3000) + u64(20) + u64(21)),
+                                                      rec(V_GPADL_HEADER, u32(1) + u32(5) + u16(40) + u16(2) + u64(0x1000) + u64(22)),
+                                                      rec(V_GPADL_BODY, u32(1) + u32(5) + u64(0x1000) + u64(23)),
+                                                      rec(V_GPADL_HEADER, u32(1) + u32(6) + u16(8 * 8) + u16(1)),
+                                                      rec(V_GPADL_BODY, u32(1) + u32(6) + u64(0x2000) + u64(24) + u64(25)),
+                                                      rec(V_GPADL_BODY, u32(2) + u32(6) + b''.join(u64(26 + i) for i in range(8))),
+                                                      rec(V_TEARDOWN, u32(1) + u32(2)), rec(V_TEARDOWN, u32(1) + u32(99)),
+                                                      v_open(gpadl=3), v_open(gpadl=2, split=1), v_open(gpadl=1, split=40),
+                                                      v_open(relid=9), v_open(vp=7), v_open(gpadl=1, split=16)])
+    # Messages out of order or malformed: before contact, unknown types, short ones,
+    # the wrong connection id and message type, a signal to nothing.
+    s['out-of-order'] = vmbus_input(1, [rec(V_OFFERS), v_open(), rec(V_RAW, u8(0) + u32(1) + u32(1) + u32(3)),
+                                        v_contact(), rec(V_RAW, u8(0) + u32(1) + u32(1) + u32(99) + u32(0)),
+                                        rec(V_RAW, u8(0) + u32(1) + u32(1) + u32(8)),
+                                        rec(V_RAW, u8(0) + u32(7) + u32(1) + u32(3) + u32(0)),
+                                        rec(V_RAW, u8(1) + u32(1) + u32(2) + u32(3) + u32(0)),
+                                        rec(V_CLOSE, u32(1)), rec(V_RELEASED, u32(1)), rec(V_MODIFY, u32(1) + u32(0)),
+                                        rec(V_SIGNAL, u8(0) + u32(1) + u8(1)), rec(V_SIGNAL, u8(1) + u32(0xFFFF) + u8(0)),
+                                        rec(V_OFFERS), rec(V_OFFERS), v_contact(6, conn=2)])
+    # The guest keeps its message page off while the host answers, then turns it on and
+    # takes the queued messages one EOM at a time.
+    s['synic-queue'] = vmbus_input(0, [rec(V_MSR, u8(0) + u8(0) + u64(0x2000)), v_contact(), rec(V_OFFERS),
+                                       v_ring(), rec(V_MSR, u8(0) + u8(0) + u64(0x2001)), rec(V_TAKE), rec(V_TAKE),
+                                       rec(V_MSR, u8(0) + u8(3) + u64(0)), rec(V_TAKE),
+                                       rec(V_MSR, u8(0) + u8(4) + u64(0x100F3)), v_contact(vp=0, target=1), rec(V_TAKE),
+                                       rec(V_MEM, u32(0x2000 + 2 * 256) + u32(1)), v_contact(), rec(V_TAKE)])
+    # The partition around the server: its MSRs (the hypercall page needs a guest OS id first),
+    # hypercalls with bad control words and inputs, POST_MESSAGE inputs that are unaligned,
+    # cross a page, are too long or lie in the MMIO hole; CPUID leaves.
+    def msr(which, value, vp=0):
+        return rec(V_MSR, u8(vp) + u8(which) + u64(value))
+
+    def hcall(control, input_, output=0, vp=0):
+        return rec(V_HYPERCALL, u8(vp) + u64(control) + u64(input_) + u64(output))
+    s['partition'] = vmbus_input(1, [
+        msr(7, 0x7001), msr(6, 0x8100000000000000), msr(7, 0x7001), msr(8, 0x6001), msr(9, 1), msr(10, 5), msr(11, 1),
+        msr(20, 0), msr(200, 0), msr(5, 0x10005), msr(5, 0x0005),
+        rec(V_MEM, u32(0x8000) + u32(1) + u32(0) + u32(1) + u32(12) + u32(14) + bytes(8)), hcall(0x5C, 0x8000),
+        hcall(0x5C | (1 << 32), 0x8000), hcall(0x5C | (1 << 16), 0x8000), hcall(0x5C | (1 << 17), 0x8000),
+        hcall(0x5C, 0x8004), hcall(0x5C, 0x8FF8), hcall(0x5C, 0xC0000), hcall(0x99, 0x8000),
+        rec(V_MEM, u32(0x8000) + u32(1) + u32(0) + u32(1) + u32(300)), hcall(0x5C, 0x8000),
+        rec(V_MEM, u32(0x8000) + u32(1) + u32(0) + u32(0x80000001) + u32(8)), hcall(0x5C, 0x8000),
+        rec(V_MEM, u32(0x8000) + u64(0x10001 | (1 << 48))), hcall(0x5D, 0x8000), hcall(0x5D | (1 << 16), 0x10001),
+        hcall(0x5D, 0x8003, vp=1)] +
+        [rec(V_CPUID, u32(leaf) + u32(0)) for leaf in (0x40000000, 0x40000001, 0x40000003, 0x40000004, 0x40000005,
+                                                         0x4000000A, 0x40000100, 1, 0x80000007)])
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# scsi_cdb (tests/fuzz/scsi_cdb.cc)
+TO_DEV, FROM_DEV = 1, 2
+
+
+def c_cmd(cdb, direction=0, xfer=0, pieces=1, flags=0, data=b'', cdb_len=None):
+    n = len(cdb) if cdb_len is None else cdb_len
+    return rec(0, u8(flags) + u8(direction) + u32(xfer) + u8(pieces - 1) + u8(n) + cdb_pad(cdb) + data)
+
+
+def scsi_seeds():
+    s = {}
+    s['rw'] = u8(0) + b''.join([
+        c_cmd(rw10(0x2A, 0, 8), TO_DEV, 4096, 3, data=b'\x11\x22\x33'), c_cmd(rw10(0x28, 0, 8), FROM_DEV, 4096, 2, flags=1),
+        c_cmd(rw6(0x0A, 100, 0), TO_DEV, 256 * 512), c_cmd(rw6(0x08, 100, 0), FROM_DEV, 256 * 512, 8, flags=1),
+        c_cmd(rw12(0xAA, 50, 4), TO_DEV, 2048), c_cmd(rw12(0xA8, 50, 4), FROM_DEV, 2048),
+        c_cmd(rw16(0x8A, 2040, 8, 0x08), TO_DEV, 4096), c_cmd(rw16(0x88, 2040, 8), FROM_DEV, 4096),
+        c_cmd(rw10(0x28, 2047, 2), FROM_DEV, 1024), c_cmd(rw10(0x28, 0, 8), FROM_DEV, 1000),
+        c_cmd(rw10(0x28, 0, 1024), FROM_DEV, 512 * 1024), c_cmd(rw10(0x2F, 0, 8)),
+        c_cmd(verify10(0, 8)), c_cmd(sync10()), c_cmd(sync16(), flags=1)])
+    s['inquiry'] = u8(2) + b''.join(
+        [c_cmd(inquiry(), FROM_DEV, 255), c_cmd(inquiry(alloc=5), FROM_DEV, 5)] +
+        [c_cmd(inquiry(1, p), FROM_DEV, 255, 2) for p in (0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2, 0xB9)] +
+        [c_cmd(inquiry(2, 0), FROM_DEV, 255), c_cmd(inquiry(1, 0x83, alloc=7), FROM_DEV, 7)])
+    s['mode'] = u8(0) + b''.join([
+        c_cmd(mode_sense6(), FROM_DEV, 255), c_cmd(mode_sense6(0x08, 12, dbd=8), FROM_DEV, 12),
+        c_cmd(mode_sense6(0x0A), FROM_DEV, 255), c_cmd(mode_sense6(0x1C), FROM_DEV, 255),
+        c_cmd(mode_sense6(0x3F | 0x40), FROM_DEV, 255), c_cmd(mode_sense10(), FROM_DEV, 1024, 3),
+        c_cmd(mode_select6(24), TO_DEV, 24, data=bytes([0, 0, 0, 8]) + bytes(8) + bytes([0x08, 0x12, 0x04]) + bytes(17)),
+        c_cmd(mode_select10(28), TO_DEV, 28, data=bytes(8) + bytes([0x08, 0x12, 0x04]) + bytes(17))])
+    s['capacity'] = u8(4) + b''.join([
+        c_cmd(read_cap10(), FROM_DEV, 8), c_cmd(read_cap16(), FROM_DEV, 32), c_cmd(read_cap16(12), FROM_DEV, 12),
+        c_cmd(bytes([0x9E, 0x11]) + bytes(14), FROM_DEV, 32), c_cmd(tur()), c_cmd(start_stop()),
+        c_cmd(request_sense(), FROM_DEV, 18), c_cmd(pr_in(0), FROM_DEV, 64), c_cmd(pr_in(1), FROM_DEV, 64),
+        c_cmd(bytes([0x5F, 0, 0, 0, 0, 0, 0, 0, 24, 0]), TO_DEV, 24)])
+    params = unmap_params([(0, 8), (16, 16), (2040, 8)])
+    bad = unmap_params([(2040, 16)])
+    s['unmap-write-same'] = u8(0) + b''.join([
+        c_cmd(unmap(len(params)), TO_DEV, len(params), data=params), c_cmd(unmap(len(bad)), TO_DEV, len(bad), data=bad),
+        c_cmd(write_same10(0, 16), TO_DEV, 512, data=b'\x5a'), c_cmd(write_same10(0, 16, 0x08), TO_DEV, 512),
+        c_cmd(write_same16(100, 64), TO_DEV, 512, data=b'\x00'), c_cmd(write_same16(100, 0, 0x08), TO_DEV, 512),
+        c_cmd(write_same16(0, 4096), TO_DEV, 512, data=b'\x01\x02')])
+    s['null-disk'] = u8(1 | 12) + b''.join([
+        c_cmd(rw16(0x88, 30000, 128), FROM_DEV, 65536, 4), c_cmd(rw16(0x8A, 30000, 128), TO_DEV, 65536, 4),
+        c_cmd(unmap(len(params)), TO_DEV, len(params), data=params), c_cmd(read_cap16(), FROM_DEV, 32)])
+    s['lun-helpers'] = u8(0) + b''.join([
+        c_cmd(inquiry(), FROM_DEV, 255, flags=2), c_cmd(rw10(0x28, 0, 8), FROM_DEV, 4096, flags=2),
+        c_cmd(report_luns(), FROM_DEV, 256, flags=4, data=u16(0) + u16(1) + u16(5)),
+        c_cmd(report_luns(16), FROM_DEV, 16, flags=4, data=b''.join(u16(i) for i in range(64)))])
+    s['bad-cdbs'] = u8(0) + b''.join([
+        c_cmd(rw10(0x28, 0, 8), FROM_DEV, 4096, cdb_len=6), c_cmd(rw16(0x88, 0, 8), FROM_DEV, 4096, cdb_len=0),
+        c_cmd(rw16(0x88, 0, 8), FROM_DEV, 4096, cdb_len=17), c_cmd(bytes([0xC0]), FROM_DEV, 16),
+        c_cmd(bytes([0xA0]) + bytes(11), FROM_DEV, 64), c_cmd(rw10(0x2A, 0, 8), FROM_DEV, 4096),
+        c_cmd(rw10(0x28, 0, 8), TO_DEV, 100)])
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# perf_config (tests/fuzz/perf_config.cc): mode 0 disk settings, 1 VM settings, 2 preset names
+def perf_seeds():
+    disk = {
+        'p10': 'profile=premium-p10',
+        'caps-burst': 'iops=800,mbps=100,burst=credit,burst.iops=3500,burst.mbps=170,burst.duration=30min,'
+                      'burst.start=0.5,window=2ms',
+        'latency': 'latency.read=lognormal:1.8ms:6ms,latency.write=uniform:1ms:3ms,latency.flush=fixed:2ms,'
+                   'latency.per-kib=20us,spike.prob=0.001,spike.latency=50ms',
+        'queue': 'profile=ultra,mbps=4000,queue=round-robin,max-outstanding=32,io-unit=16K,seed=7,'
+                 'read.iops=1000,write.mbps=50,read.mbps=60,write.iops=900',
+        'everything': 'profile=standard-e30,name=data,,disk,bps=1000000,burst=on-demand,burst.bps=2000000,'
+                      'burst.iops=0,latency=3ms,stats.interval=500ms,timer.min-period=100us,time-scale=4,'
+                      'timeline=/nonexistent/t.json',
+        'errors': 'iops=-1,profile=nosuch',
+    }
+    vm = {'vm-f32s': 'profile=Standard_F32s_v2', 'vm-caps': 'iops=25600,mbps=600,burst=credit,burst.iops=40000,time-scale=2'}
+    names = {'names': 'premium-v2-max', 'names-vm': 'standard_d16s_v5'}
+    s = {}
+    for k, v in disk.items():
+        s[k] = u8(0) + v.encode()
+    for k, v in vm.items():
+        s[k] = u8(1) + v.encode()
+    for k, v in names.items():
+        s[k] = u8(2) + v.encode()
+    return s
+
+
+TARGETS = {
+    'ring': ring_seeds,
+    'storvsp_packets': storvsp_seeds,
+    'vmbus_messages': vmbus_seeds,
+    'scsi_cdb': scsi_seeds,
+    'perf_config': perf_seeds,
+}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
+    total = 0
+    for target, gen in TARGETS.items():
+        d = os.path.join(out, target)
+        os.makedirs(d, exist_ok=True)
+        seeds = gen()
+        for stale in set(os.listdir(d)) - set(seeds):
+            os.remove(os.path.join(d, stale))
+        for name, data in seeds.items():
+            with open(os.path.join(d, name), 'wb') as f:
+                f.write(data)
+            total += len(data)
+        print(f'{target}: {len(seeds)} seeds, {sum(map(len, seeds.values()))} bytes')
+    print(f'total {total} bytes')
+
+
+if __name__ == '__main__':
+    main()
