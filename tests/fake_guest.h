@@ -50,12 +50,17 @@ public:
     // copy, clear message_type, EOM if msg_pending was set.
     std::optional<std::vector<uint8_t>> take(uint32_t vp, uint8_t sint = vmbus::kVmbusSint) {
         const uint64_t slot = simp(vp) + sint * 256ull;
-        uint32_t type = host_.load<uint32_t>(slot);
+        // Through the Host's copies: device threads post into this slot concurrently.
+        uint8_t hdr[16];
+        if (!host_.read_gpa(slot, hdr, sizeof hdr)) return std::nullopt;
+        uint32_t type;
+        std::memcpy(&type, hdr, 4);
         if (type == 0) return std::nullopt;
-        uint8_t size = host_.load<uint8_t>(slot + 4);
-        uint8_t flags = host_.load<uint8_t>(slot + 5);
-        std::vector<uint8_t> out(host_.ram(slot + 16), host_.ram(slot + 16) + size);
-        host_.store<uint32_t>(slot, 0);
+        const uint8_t size = hdr[4], flags = hdr[5];
+        std::vector<uint8_t> out(size);
+        host_.read_gpa(slot + 16, out.data(), size);
+        const uint32_t zero = 0;
+        host_.write_gpa(slot, &zero, sizeof zero);
         if (flags & 1) p_.wrmsr(vp, hv::msr::kEom, 0);
         return out;
     }

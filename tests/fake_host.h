@@ -29,13 +29,17 @@ public:
         if (gpa > kRamSize || len > kRamSize - gpa) return false;
         return gpa + len <= kHoleStart || gpa >= kHoleEnd;
     }
+    // Copies are serialized, as one guest CPU's accesses to a cache line are: the fake
+    // guest reads the SynIC's message slots through them while device threads post.
     bool read_gpa(uint64_t gpa, void* dst, size_t len) override {
         if (!valid(gpa, len)) return false;
+        std::lock_guard lock(mem_mu_);
         std::memcpy(dst, ram_.data() + gpa, len);
         return true;
     }
     bool write_gpa(uint64_t gpa, const void* src, size_t len) override {
         if (!valid(gpa, len)) return false;
+        std::lock_guard lock(mem_mu_);
         std::memcpy(ram_.data() + gpa, src, len);
         return true;
     }
@@ -104,6 +108,7 @@ public:
 
 private:
     std::mutex mu_;
+    std::mutex mem_mu_; // read_gpa and write_gpa; a leaf lock
     alignas(8) std::vector<uint8_t> ram_;
 };
 
