@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
 
@@ -17,18 +16,20 @@ std::map<std::string, unsigned> declared_in_trace_events() {
     std::ifstream f(HVSTOR_TRACE_EVENTS_FILE);
     EXPECT_TRUE(f.good()) << "cannot read " << HVSTOR_TRACE_EVENTS_FILE;
     std::map<std::string, unsigned> events;
-    const std::regex decl(R"(^hvstor_(\w+)\(([^)]*)\)\s+".*)");
+    // hvstor_NAME(TYPE ARG, ...) "FORMAT"
     std::string line;
     while (std::getline(f, line)) {
-        std::smatch m;
-        if (!std::regex_match(line, m, decl)) continue;
-        const std::string args = m[2];
+        const size_t open = line.find('('), close = line.find(')');
+        if (line.rfind("hvstor_", 0) != 0 || open == line.npos || close == line.npos || close < open ||
+            line.find('"', close) == line.npos)
+            continue;
+        const std::string args = line.substr(open + 1, close - open - 1);
         unsigned n = 0;
         if (args != "void") {
             n = 1;
             for (char c : args) n += c == ',';
         }
-        events[m[1]] = n;
+        events[line.substr(7, open - 7)] = n;
     }
     return events;
 }
