@@ -8,7 +8,7 @@ set -euo pipefail
 # Build tools for our own code and for QEMU, guest tooling, firmware.
 PKGS=(
   build-essential g++ pkg-config ninja-build python3 python3-venv git
-  libgtest-dev libgmock-dev libaio-dev
+  libgtest-dev libgmock-dev libaio-dev libbenchmark-dev
   libglib2.0-dev libpixman-1-dev libslirp-dev zlib1g-dev libfdt-dev
   flex bison python3-tomli
   seabios qemu-system-data ipxe-qemu
