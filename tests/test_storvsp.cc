@@ -666,3 +666,65 @@ TEST_F(StorvspTest, CloseWithIoInFlightNeverBlocksTheVcpu) {
     EXPECT_EQ(host.load<uint32_t>(kRings + FakeStorvsc::kRingPages * kPageSize), ring_write_index)
         << "completions written into a closed channel's ring";
 }
+
+// A subchannel closed with requests still held, then withdrawn with its primary, and asked
+// for again after the guest reconnected the primary: the new offer must not reuse the queue
+// whose worker still drains the old requests (two workers on one request pool, the old
+// completions written into the new ring). The new subchannel opens, works and closes while
+// the old requests are still held; the old ones, released later, appear nowhere.
+TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
+    constexpr uint64_t kRings2 = 0x700000, kSubRings2 = 0x780000;
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::CreateSubChannels);
+    v.sub_channel_count = 1;
+    guest.send(c, v);
+    ASSERT_EQ(guest.wait(c)->pkt.status, kStatusSuccess);
+    auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
+    ASSERT_TRUE(o);
+    const uint32_t sub = o->child_relid;
+    auto sc = guest.open(sub, kSubRings, 0x200);
+    ASSERT_TRUE(sc);
+    std::set<uint64_t> old_ids;
+    for (int i = 0; i < 4; i++) old_ids.insert(guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096));
+    while (gated.held_count() < 4) std::this_thread::yield();
+    guest.close(*sc); // its worker drains the 4 held requests
+    guest.close(c);   // the primary's close withdraws the subchannel
+    ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
+    vmbus::RelidReleased rr{};
+    rr.hdr.msgtype = uint32_t(vmbus::MsgType::RelidReleased);
+    rr.child_relid = sub;
+    g.post(0, 1, rr);
+    vmbus::GpadlTeardown t{};
+    t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
+    t.gpadl = 0x100;
+    g.post(0, 1, t);
+    ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown)) << "primary closed";
+    auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
+    ASSERT_TRUE(c2);
+    ASSERT_TRUE(guest.handshake(*c2));
+    guest.send(*c2, v);
+    ASSERT_EQ(guest.wait(*c2)->pkt.status, kStatusSuccess);
+    o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
+    ASSERT_TRUE(o);
+    auto sc2 = guest.open(o->child_relid, kSubRings2, 0x201);
+    ASSERT_TRUE(sc2) << "a fresh queue serves the new subchannel";
+    // Its own I/O works while the old requests are still held (REPORT LUNS needs no disk).
+    VmscsiRequest rl = srb(0xA0, kDataRead);
+    rl.cdb_length = 12;
+    rl.cdb_or_sense[9] = 64;
+    const uint64_t id = guest.send_srb(*sc2, rl, kBuf + 0x10000, 64);
+    auto r = guest.wait(*sc2);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->trans_id, id);
+    guest.close(*sc2); // on this thread: returns although the old queue still drains
+    gated.release_all();
+    // The old subchannel's close is done once its ring GPADL is torn down.
+    t.gpadl = 0x200;
+    g.post(0, 1, t);
+    ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
+    EXPECT_FALSE(guest.poll(*sc2)) << "the old requests' completions reached the new ring";
+    EXPECT_FALSE(guest.poll(*sc)) << "completions written into a closed ring";
+}

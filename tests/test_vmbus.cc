@@ -606,3 +606,91 @@ TEST_F(VmbusTest, HandshakeIsTracedAndCounted) {
     EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_close), (std::vector<std::vector<uint64_t>>{{1}}));
     EXPECT_EQ(server.stats().open_channels, 0u);
 }
+
+// A guest that tears down the ring GPADL of an open channel again and again (re-creating
+// the id in between) gets one held entry, not one per round: the torn-down GPADL keeps its
+// id until its answer is sent, and the answer is sent once.
+TEST_F(VmbusTest, HeldTorndownIsBoundedAndAnsweredOnce) {
+    FakeChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
+    t.gpadl = 5;
+    for (int i = 0; i < 3000; i++) {
+        g.post(0, 1, t);
+        send_gpadl(1, 5, 66); // the id is still taken: refused
+        ASSERT_EQ(g.take_as<GpadlCreated>(0).creation_status, kStatusInvalidParameter);
+    }
+    CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+    c.child_relid = 1;
+    g.post(0, 1, c);
+    int torndown = 0;
+    while (auto m = g.take(0)) {
+        uint32_t type;
+        std::memcpy(&type, m->data(), 4);
+        torndown += type == uint32_t(MsgType::GpadlTorndown);
+    }
+    EXPECT_EQ(torndown, 1);
+    EXPECT_EQ(server.gpadl_count(), 0u);
+}
+
+// Answers held for one connection (a ring's GPADL_TORNDOWN, UNLOAD_RESPONSE) are not sent
+// to the next one when the close finishes after the guest reconnected (kexec).
+TEST_F(VmbusTest, HeldAnswersAreNotSentToTheNextConnection) {
+    SlowCloseChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+    c.child_relid = 1;
+    g.post(0, 1, c);
+    GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
+    t.gpadl = 5;
+    g.post(0, 1, t);
+    g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
+    EXPECT_FALSE(g.take(0));
+    ASSERT_EQ(negotiate(version::kV5_3).version_supported, 1);
+    dev.finish_close();
+    auto m = g.take(0);
+    uint32_t type = 0;
+    if (m) std::memcpy(&type, m->data(), 4);
+    EXPECT_FALSE(m) << "an answer of the old connection (message type " << type << ") reached the new one";
+}
+
+// A CloseDone that comes after the guest released the relid and the slot went to another
+// offer leaves the new offer alone.
+TEST_F(VmbusTest, LateCloseDoneLeavesAReusedRelidAlone) {
+    SlowCloseChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_TRUE(server.rescind(1));
+    ASSERT_TRUE(dev.pending);
+    g.take(0); // RESCINDCHANNELOFFER
+    RelidReleased rr = msg<RelidReleased>(MsgType::RelidReleased);
+    rr.child_relid = 1;
+    g.post(0, 1, rr);
+    SlowCloseChannel dev2;
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    a.handler = &dev2;
+    ASSERT_EQ(server.offer(a), 1u);
+    g.take(0); // its OFFERCHANNEL
+    send_gpadl(1, 6, 66);
+    g.take(0);
+    OpenChannel o = open_request();
+    o.ringbuffer_gpadlhandle = 6;
+    g.post(0, 1, o);
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
+    c.child_relid = 1;
+    g.post(0, 1, c);
+    ASSERT_TRUE(dev2.pending);
+    dev.finish_close(); // the old device's close: must not end the new one's
+    g.post(0, 1, open_request());
+    o.ringbuffer_gpadlhandle = 6;
+    g.post(0, 1, o);
+    EXPECT_NE(g.take_as<OpenResult>(0).status, kStatusSuccess) << "reopened while its close runs";
+    dev2.finish_close();
+}

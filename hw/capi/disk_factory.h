@@ -57,6 +57,8 @@ public:
     // Replaces the injected fault (hvstor/scsi/fault.h; "none" clears it). Throws DiskError
     // with the reason when the text is not a fault; nothing changes then.
     void set_fault(std::string_view text);
+    // See scsi::Disk::suspend_faults.
+    void suspend_faults(bool on) { disk_->suspend_faults(on); }
 
 private:
     friend class DiskFactory;

@@ -119,8 +119,22 @@ Machine::~Machine() {
 }
 
 void Machine::reset() {
+    // The reset waits for every request the guest sent; one that a stall fault holds could
+    // only be released over QMP, which waits for the reset.
+    std::vector<ScsiController*> ctls;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& c : controllers_) ctls.push_back(c.get());
+    }
+    for (ScsiController* c : ctls) c->suspend_faults(true);
     server_.reset();
     partition_.reset();
+    for (ScsiController* c : ctls) c->suspend_faults(false);
+}
+
+void ScsiController::suspend_faults(bool on) {
+    std::lock_guard lock(mu_);
+    for (auto& d : disks_) d->suspend_faults(on);
 }
 
 void Machine::set_vm_perf(std::string_view spec) {

@@ -68,6 +68,9 @@ public:
     // Live statistics as JSON (hvstor_controller_stats_json).
     std::string stats_json() const;
 
+    // Every disk's injected faults off (true) or back on (false).
+    void suspend_faults(bool on);
+
 private:
     Machine& machine_;
     std::unique_ptr<storvsp::Controller> ctl_;

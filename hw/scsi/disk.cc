@@ -77,6 +77,7 @@ detail::Target Disk::target() {
 
 void Disk::set_fault(const FaultSpec& spec) { faults_->set(spec); }
 void Disk::stop_faults() { faults_->stop(); }
+void Disk::suspend_faults(bool on) { faults_->suspend(on); }
 
 uint64_t Disk::blocks() const { return be_.size() / be_.block_size(); }
 

@@ -159,7 +159,19 @@ void FaultInjector::set(const FaultSpec& spec) {
         rng_ = z ? z : 1;
         for (const Held& h : held_) now.push_back(h.cmd);
         held_.clear();
-        active_.store(spec.action != FaultSpec::Action::None);
+        active_.store(spec.action != FaultSpec::Action::None && !suspended_);
+    }
+    release(std::move(now));
+}
+
+void FaultInjector::suspend(bool on) {
+    std::vector<Command*> now;
+    {
+        std::lock_guard lock(mu_);
+        suspended_ = on;
+        for (const Held& h : held_) now.push_back(h.cmd);
+        held_.clear();
+        active_.store(spec_.action != FaultSpec::Action::None && !suspended_);
     }
     release(std::move(now));
 }
@@ -178,7 +190,7 @@ FaultInjector::Verdict FaultInjector::check(Command& cmd) {
     using A = FaultSpec::Action;
     if (!active_.load(std::memory_order_relaxed)) return Verdict::Pass;
     std::lock_guard lock(mu_);
-    if (spec_.action == A::None || !matches(cmd) || ++matched_ % spec_.every != 0) return Verdict::Pass;
+    if (spec_.action == A::None || suspended_ || !matches(cmd) || ++matched_ % spec_.every != 0) return Verdict::Pass;
     if (spec_.percent < 100) {
         rng_ ^= rng_ << 13; // xorshift64: the same seed injects into the same commands
         rng_ ^= rng_ >> 7;

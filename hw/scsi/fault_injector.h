@@ -30,6 +30,8 @@ public:
     Verdict check(Command& cmd);
     // No fault from now on, nothing held, no thread: before the disk's I/O is drained.
     void stop();
+    // While suspended every command passes (and those held start now); the fault stays.
+    void suspend(bool on);
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -51,6 +53,7 @@ private:
     std::vector<Held> held_;
     std::thread timer_; // started with the first timed stall
     bool stopping_ = false;
+    bool suspended_ = false;
 };
 
 } // namespace hvstor::scsi::detail

@@ -45,7 +45,12 @@ Controller::~Controller() {
     // The closes finish on the queues' closer threads, which call back into this
     // controller: wait for them before any member goes. The primary's first, since its
     // closer withdraws the subchannels (more closes) and its worker may still add one.
-    channels_[0]->join_closer();
+    Queue* primary;
+    {
+        std::lock_guard lock(mu_); // the primary's worker may still be adding a subchannel
+        primary = channels_[0].get();
+    }
+    primary->join_closer();
     std::vector<Queue*> subs;
     {
         std::lock_guard lock(mu_);
@@ -144,7 +149,7 @@ uint16_t Controller::create_subchannels(uint16_t n) {
         // Channel objects are kept for the controller's life and reused: the bus may
         // still hold a pointer to one whose offer was just withdrawn.
         for (size_t i = 1; i < channels_.size() && fresh.size() < n; i++)
-            if (!channels_[i]->relid()) fresh.push_back(channels_[i].get());
+            if (!channels_[i]->relid() && !channels_[i]->closing()) fresh.push_back(channels_[i].get());
         while (fresh.size() < n) {
             channels_.push_back(std::make_unique<Queue>(*this, uint16_t(channels_.size())));
             fresh.push_back(channels_.back().get());

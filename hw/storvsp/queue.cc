@@ -64,7 +64,9 @@ void Queue::request_enumerate() {
 
 uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     std::lock_guard lock(mu_);
-    if (runtime_) return vmbus::kStatusUnsuccessful;
+    // A previous session's worker may still be draining: its state (the request pool,
+    // outstanding_) is not the new one's to share.
+    if (runtime_ || closing_) return vmbus::kStatusUnsuccessful;
     state_ = InitState::Start;
     log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
@@ -77,17 +79,20 @@ void Queue::on_close(uint32_t, vmbus::CloseDone done) {
     {
         std::lock_guard lock(mu_);
         rt = std::move(runtime_);
+        // Only a close that has something to stop waits; the bus closes only open channels.
+        if (rt) closing_ = true;
     }
     // Nothing is sent on this channel from now on (completions still owed are dropped
     // when they come); requests on subchannels are refused until the guest opens again.
     if (index_ == 0) ctl_.ready_ = false;
     if (rt) rt->request_stop();
-    // The previous close called its done() already (no reopen before it), so this joins a
-    // thread that has finished or is returning.
+    // No reopen before the previous closer finished (closing_), so this joins a thread
+    // that has finished or is returning.
     if (closer_.joinable()) closer_.join();
     auto finish = [this, rt, done = std::move(done)] {
         if (rt) rt->stop(); // waits for outstanding commands; takes no VMM lock
         if (index_ == 0) ctl_.primary_closed();
+        closing_ = false;
         done();
     };
     try {

@@ -35,6 +35,9 @@ public:
     ~Queue() override;
 
     uint16_t index() const { return index_; }
+    // A close has started and its closer has not finished: the old worker may still be
+    // draining. Such a queue is neither reopened nor offered again.
+    bool closing() const { return closing_.load(); }
     uint32_t relid() const { return relid_.load(); }
     void set_relid(uint32_t r) { relid_.store(r); }
     bool is_open() const;
@@ -97,6 +100,7 @@ private:
     // completed, then tells the bus. Joined at the next close and by the destructor (the
     // bus allows no reopen before it is done, so one is enough).
     std::thread closer_;
+    std::atomic<bool> closing_{false};
     std::atomic<bool> enumerate_{false};
 
     // Counted by the worker, read by stats() from any thread.

@@ -97,8 +97,11 @@ bool Server::rescind(uint32_t relid) {
 void Server::close_locked(Offer& ch) {
     if (ch.open) trace<HVSTOR_TRACE_vmbus_close>(host(), ch.relid);
     if (ch.open && ch.info.handler) {
-        closing_.push_back({ch.info.handler, ch.relid});
+        const uint64_t token = ++next_close_token_;
+        closes_[token] = {ch.info.handler, ch.relid, ch.ring_gpadl};
+        closing_.push_back(token);
         ch.closing = true;
+        ch.close_token = token;
         closes_in_progress_++;
     }
     ch.open = false;
@@ -109,31 +112,36 @@ void Server::close_locked(Offer& ch) {
 // it (offering subchannels, say) cannot deadlock the close, and a slow device never holds
 // up the vCPU that sent CLOSECHANNEL.
 void Server::run_closes() {
-    std::vector<std::pair<ChannelHandler*, uint32_t>> todo;
+    std::vector<std::pair<Closing, uint64_t>> todo;
     {
         std::lock_guard lock(mu_);
-        todo.swap(closing_);
+        for (uint64_t token : closing_) todo.push_back({closes_.at(token), token});
+        closing_.clear();
     }
-    for (auto& [h, relid] : todo) h->on_close(relid, [this, h = h, relid = relid] { close_done(h, relid); });
+    for (auto& [c, token] : todo) c.handler->on_close(c.relid, [this, token = token] { close_done(token); });
 }
 
-void Server::close_done(ChannelHandler* h, uint32_t relid) {
+void Server::close_done(uint64_t token) {
     Outbox out;
     {
         std::lock_guard lock(mu_);
+        auto it = closes_.find(token);
+        if (it == closes_.end()) return; // a CloseDone called twice: ignored
+        const Closing c = it->second;
+        closes_.erase(it);
         // The offer may be gone (rescinded and released) or reused by another device.
-        if (relid <= offers_.size() && offers_[relid - 1] && offers_[relid - 1]->info.handler == h)
-            offers_[relid - 1]->closing = false;
-        for (auto it = held_torndown_.begin(); it != held_torndown_.end();) {
-            if (it->handler != h || it->relid != relid) {
-                ++it;
-                continue;
-            }
+        if (c.relid <= offers_.size() && offers_[c.relid - 1] && offers_[c.relid - 1]->close_token == token)
+            offers_[c.relid - 1]->closing = false;
+        // Its ring GPADL, if the guest has torn it down meanwhile.
+        auto held = std::find(held_torndown_.begin(), held_torndown_.end(), c.ring_gpadl);
+        auto g = gpadls_.find(c.ring_gpadl);
+        if (held != held_torndown_.end() && g != gpadls_.end() && g->second.child_relid == c.relid) {
             GpadlTorndown r{};
             r.hdr = header(MsgType::GpadlTorndown);
-            r.gpadl = it->gpadl;
+            r.gpadl = c.ring_gpadl;
             queue(out, r);
-            it = held_torndown_.erase(it);
+            held_torndown_.erase(held);
+            gpadls_.erase(g);
         }
         if (--closes_in_progress_ == 0) {
             if (unload_owed_) queue(out, header(MsgType::UnloadResponse));
@@ -195,9 +203,6 @@ void Server::reset() {
     run_closes();
     std::unique_lock lock(mu_);
     closes_cv_.wait(lock, [&] { return closes_in_progress_ == 0; });
-    // Nothing of the old connection is answered after a reset.
-    held_torndown_.clear();
-    unload_owed_ = false;
 }
 
 void Server::drop_connection_locked() {
@@ -208,6 +213,9 @@ void Server::drop_connection_locked() {
         if (ch->rescinded) ch.reset(); // a new connection never hears of it
     }
     gpadls_.clear();
+    // Answers held for this connection are never sent to the next one.
+    held_torndown_.clear();
+    unload_owed_ = false;
     version_ = 0;
     offers_requested_ = false;
 }
@@ -287,8 +295,10 @@ Status Server::initiate_contact(uint32_t connection_id, std::span<const uint8_t>
             synic_.nr_vps());
         return Status::InvalidParameter;
     }
-    // A new contact (after kexec, say) replaces whatever connection existed.
+    // A new contact (after kexec, say) replaces whatever connection existed, and nothing
+    // held for an earlier one (an UNLOAD_RESPONSE owed since an UNLOAD) is sent to it.
     if (version_ != 0) drop_connection_locked();
+    unload_owed_ = false;
 
     VersionResponse resp{};
     resp.hdr = header(MsgType::VersionResponse);
@@ -427,11 +437,17 @@ void Server::gpadl_teardown(std::span<const uint8_t> m, Outbox& out) {
     }
     if (auto g = gpadls_.find(t.gpadl); g != gpadls_.end()) {
         trace<HVSTOR_TRACE_vmbus_gpadl_teardown>(host(), g->second.child_relid, t.gpadl);
-        const bool hold = backs_live_rings(g->second);
-        if (hold) held_torndown_.push_back({offers_[g->second.child_relid - 1]->info.handler, g->second.child_relid, t.gpadl});
+        if (g->second.torn_down) {
+            bad("GPADL_TEARDOWN of gpadl %u, already being torn down", t.gpadl);
+            return; // its answer is still to come
+        }
+        if (backs_live_rings(g->second)) {
+            // The device may still write those pages: answered once its close is done.
+            g->second.torn_down = true;
+            held_torndown_.push_back(t.gpadl);
+            return;
+        }
         gpadls_.erase(g);
-        // The device may still write those pages: answered once its close is done.
-        if (hold) return;
     } else {
         bad("GPADL_TEARDOWN of unknown gpadl %u", t.gpadl);
     }
@@ -498,7 +514,7 @@ const char* Server::open_refusal(const OpenChannel& req) const {
     if (ch->open) return "already open";
     if (ch->closing) return "its close is still in progress";
     auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
-    if (g == gpadls_.end() || !g->second.complete()) return "no such gpadl";
+    if (g == gpadls_.end() || !g->second.complete() || g->second.torn_down) return "no such gpadl";
     if (g->second.child_relid != req.child_relid) return "the gpadl belongs to another channel";
     if (req.target_vp >= synic_.nr_vps()) return "no such VP";
     if (req.downstream_ringbuffer_pageoffset == 0 || req.downstream_ringbuffer_pageoffset >= g->second.expected_pfns)

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "fake_guest.h"
 #include "fake_host.h"
@@ -203,6 +204,30 @@ TEST_F(MachineTest, RemovingADiskWithRequestsInFlight) {
     EXPECT_GT(rescans, 0);
     // Torn down with the channel open.
     machine.reset();
+}
+
+// A machine reset (QEMU holds the BQL) waits for every request the guest sent. One held by
+// a stall=hold fault could only be released over QMP, which waits for the reset: the reset
+// lifts the faults while it runs, and they apply again afterwards.
+TEST_F(MachineTest, ResetIsNotHeldUpByAStallFault) {
+    capi::DiskSpec spec = ram(false);
+    spec.fault = "stall=hold,ops=read";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    guest.send_srb(*ch, rw10(false, 0, 8), kBuf, 4096);
+    while (disk->scsi().stats().stalled.load() == 0) std::this_thread::yield();
+    machine->reset(); // returned: the held read was let go
+    EXPECT_EQ(disk->scsi().stats().stalled.load(), 0u);
+    EXPECT_EQ(disk->scsi().stats().reads.load(), 1u);
+    connect();
+    ch = guest.open(controller->controller().primary_relid(), kRings, 0x100);
+    ASSERT_TRUE(ch);
+    ASSERT_TRUE(guest.handshake(*ch));
+    guest.send_srb(*ch, rw10(false, 0, 8), kBuf, 4096);
+    while (disk->scsi().stats().stalled.load() == 0) std::this_thread::yield(); // held again
+    disk->set_fault("none");
+    auto r = completion();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
 }
 
 } // namespace

@@ -96,6 +96,9 @@ public:
     // held command to the backend and no fault applies afterwards.
     void set_fault(const FaultSpec& spec);
     void stop_faults();
+    // While suspended no fault applies and nothing is held (a machine reset waits for
+    // every request); the fault applies again after suspend_faults(false).
+    void suspend_faults(bool on);
 
 private:
     void complete(backend::Request* req) override; // backend requests this disk issued

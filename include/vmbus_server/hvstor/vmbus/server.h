@@ -28,6 +28,9 @@ struct Gpadl {
     uint32_t expected_pfns = 0;
     // Ranges as sent: for each, byte_count, byte_offset, then its pfns.
     std::vector<uint64_t> range_data;
+    // GPADL_TEARDOWN came while the GPADL backs a channel's rings: unusable, and kept (so
+    // its id cannot be reused) until the GPADL_TORNDOWN held for it is sent.
+    bool torn_down = false;
     bool complete() const;
 };
 
@@ -91,6 +94,7 @@ private:
         // writing to the old rings, so no OPEN is accepted and the rings' GPADL_TORNDOWN
         // is held back until it has.
         bool closing = false;
+        uint64_t close_token = 0; // of the close in progress
         uint32_t target_vp = 0;
         uint32_t ring_gpadl = 0; // of the current or last open
     };
@@ -123,7 +127,7 @@ private:
     void relid_released(std::span<const uint8_t> m);
     void close_locked(Offer& ch);
     void run_closes();
-    void close_done(ChannelHandler* h, uint32_t relid);
+    void close_done(uint64_t token);
     // The GPADL backs the rings of a channel that is open or still closing.
     bool backs_live_rings(const Gpadl& g) const;
     void finish_gpadl(Gpadl& g, Outbox& out);
@@ -145,14 +149,20 @@ private:
     uint8_t sint_ = kVmbusSint;
     bool offers_requested_ = false;
     std::vector<std::unique_ptr<Offer>> offers_; // index = relid - 1; null = free
-    std::vector<std::pair<ChannelHandler*, uint32_t>> closing_; // to start, after mu_
-    uint32_t closes_in_progress_ = 0; // started and not done
-    std::condition_variable closes_cv_; // closes_in_progress_ reached 0
-    struct HeldTorndown {
+    struct Closing {
         ChannelHandler* handler;
-        uint32_t relid, gpadl;
+        uint32_t relid, ring_gpadl;
     };
-    std::vector<HeldTorndown> held_torndown_; // answered when that channel's close is done
+    // Each close is known by a token from close_locked to its CloseDone, so that a late
+    // CloseDone finds its own offer even after the relid was released and reused.
+    uint64_t next_close_token_ = 0;
+    std::map<uint64_t, Closing> closes_;        // in progress (closes_in_progress_ of them)
+    std::vector<uint64_t> closing_;             // started by run_closes, after mu_
+    uint32_t closes_in_progress_ = 0;
+    std::condition_variable closes_cv_; // closes_in_progress_ reached 0
+    // GPADLs whose GPADL_TORNDOWN waits for their channel's close (each is in gpadls_,
+    // torn_down: at most max_gpadls). Dropped with the connection.
+    std::vector<uint32_t> held_torndown_;
     bool unload_owed_ = false; // UNLOAD_RESPONSE, once no close is in progress
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;
