@@ -31,15 +31,10 @@ BOOT_PID=$!
 # Waits for the guest's 40th report (or the boot's end), then kills this boot's QEMU: the
 # one whose command line names our image.
 read -r -d '' KILLER <<'PY'
-import glob, os, re, sys, time
+import os, re, sys, time
+sys.path.insert(0, sys.argv[4])
+from qmp import process_alive, qemu_pid
 console, img, boot_pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
 
 def reported(n):  # the serial console ends its lines with \r\n
     try:
@@ -48,19 +43,14 @@ def reported(n):  # the serial console ends its lines with \r\n
     except FileNotFoundError:
         return False
 
-while alive(boot_pid) and not reported(40):
+while process_alive(boot_pid) and not reported(40):
     time.sleep(0.05)
-for cmd in glob.glob('/proc/[0-9]*/cmdline'):
-    try:
-        with open(cmd, 'rb') as f:
-            args = f.read().split(b'\0')
-    except OSError:
-        continue
-    if args and args[0].endswith(b'qemu-system-x86_64') and any(img.encode() in a for a in args):
-        os.kill(int(cmd.split('/')[2]), 9)
-        print('KILLED', flush=True)
+pid = qemu_pid(img)
+if pid:
+    os.kill(pid, 9)
+    print('KILLED', flush=True)
 PY
-python3 -c "$KILLER" "$CONSOLE" "$IMG" "$BOOT_PID" >"$WORK/killer.out" 2>&1
+python3 -c "$KILLER" "$CONSOLE" "$IMG" "$BOOT_PID" "$(dirname "$0")" >"$WORK/killer.out" 2>&1
 wait "$BOOT_PID"
 cat "$WORK/killer.out" >>"$OUT"
 

@@ -47,22 +47,9 @@ SH
 read -r -d '' HOST_SIDE <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from qmp import Qmp, QmpError
+from qmp import Qmp, QmpError, console_has, process_alive
 sock, console, boot_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
-
-def alive():
-    try:
-        os.kill(boot_pid, 0)
-        return True
-    except OSError:
-        return False
-
-def console_has(marker):
-    try:
-        with open(console, 'rb') as f:
-            return marker.encode() in f.read()
-    except FileNotFoundError:
-        return False
+alive = lambda: process_alive(boot_pid)
 
 def say(*words):
     print(*words, flush=True)
@@ -80,7 +67,7 @@ def go_on(q, lun):  # the guest goes on once it sees one more disk
 
 try:
     q = Qmp.connect(sock, alive)
-    q.wait_until(lambda: console_has('STEP1-DONE'), alive)
+    q.wait_until(lambda: console_has(console, 'STEP1-DONE'), alive)
     say('AFTER-MEDIUM', json.dumps(stats(q)))
     try:
         fault(q, 'error=fire')
@@ -91,15 +78,15 @@ try:
     # retries at most 5 times: 4 BUSY answers can never fail a command.
     fault(q, 'error=busy,every=2,count=4')
     go_on(q, 1)
-    q.wait_until(lambda: console_has('STEP2-DONE'), alive)
+    q.wait_until(lambda: console_has(console, 'STEP2-DONE'), alive)
     say('AFTER-BUSY', json.dumps(stats(q)))
     fault(q, 'error=not-ready,count=2')
     go_on(q, 2)
-    q.wait_until(lambda: console_has('STEP3-DONE'), alive)
+    q.wait_until(lambda: console_has(console, 'STEP3-DONE'), alive)
     say('AFTER-NOT-READY', json.dumps(stats(q)))
     fault(q, 'stall=hold,ops=write,count=1')
     go_on(q, 3)
-    q.wait_until(lambda: console_has('WRITE-ISSUED'), alive)
+    q.wait_until(lambda: console_has(console, 'WRITE-ISSUED'), alive)
     q.wait_until(lambda: stats(q)['stalled'] == 1, alive)
     say('HOST-SAW-STALLED', stats(q)['stalled'])
     fault(q, 'none')

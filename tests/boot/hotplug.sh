@@ -44,22 +44,9 @@ SH
 read -r -d '' HOST_SIDE <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from qmp import Qmp, QmpError
+from qmp import Qmp, QmpError, console_has, process_alive
 sock, console, boot_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
-
-def alive():
-    try:
-        os.kill(boot_pid, 0)
-        return True
-    except OSError:
-        return False
-
-def console_has(marker):
-    try:
-        with open(console, 'rb') as f:
-            return marker.encode() in f.read()
-    except FileNotFoundError:
-        return False
+alive = lambda: process_alive(boot_pid)
 
 def say(*words):
     print(*words, flush=True)
@@ -67,7 +54,7 @@ def say(*words):
 try:
     q = Qmp.connect(sock, alive)
     say('QMP-UP', q.command('query-status')['status'])
-    q.wait_until(lambda: console_has('HOTPLUG-READY-FOR-ADD'), alive)
+    q.wait_until(lambda: console_has(console, 'HOTPLUG-READY-FOR-ADD'), alive)
     q.command('device_add', driver='hv-disk', id='hot1', bus='scsi0.0', lun=1,
               backend='ram', size=64 << 20)
     say('ADDED hot1')
@@ -77,7 +64,7 @@ try:
         say('BAD-ADD-ACCEPTED')
     except QmpError as e:
         say('BAD-ADD-REFUSED', e)
-    q.wait_until(lambda: console_has('HOTPLUG-READY-FOR-DEL'), alive)
+    q.wait_until(lambda: console_has(console, 'HOTPLUG-READY-FOR-DEL'), alive)
     say('HOT1-STATS', q.command('qom-get', path='/machine/peripheral/hot1', property='stats'))
     q.command('device_del', id='hot1')
     q.wait_event('DEVICE_DELETED', lambda e: e['data'].get('device') == 'hot1')

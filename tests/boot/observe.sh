@@ -30,26 +30,13 @@ SH
 read -r -d '' HOST_SIDE <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from qmp import Qmp, QmpError
+from qmp import Qmp, QmpError, console_has, process_alive
 sock, console, boot_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
-
-def alive():
-    try:
-        os.kill(boot_pid, 0)
-        return True
-    except OSError:
-        return False
-
-def console_has(marker):
-    try:
-        with open(console, 'rb') as f:
-            return marker.encode() in f.read()
-    except FileNotFoundError:
-        return False
+alive = lambda: process_alive(boot_pid)
 
 try:
     q = Qmp.connect(sock, alive)
-    q.wait_until(lambda: console_has('OBSERVE-READY-FOR-STATS'), alive)
+    q.wait_until(lambda: console_has(console, 'OBSERVE-READY-FOR-STATS'), alive)
     ctl = json.loads(q.command('qom-get', path='/machine/peripheral/scsi0', property='stats'))
     bus = json.loads(q.command('qom-get', path='/machine/hv-vmbus', property='stats'))
     print('CONTROLLER', json.dumps(ctl), flush=True)

@@ -98,3 +98,39 @@ class Qmp:
 
     def close(self):
         self.sock.close()
+
+
+# Helpers for the host side of the boot tests.
+
+def process_alive(pid):
+    """Whether process `pid` (the boot script, say) still runs."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def console_has(path, marker):
+    """Whether the console log at `path` holds `marker` (text) anywhere yet."""
+    try:
+        with open(path, 'rb') as f:
+            return marker.encode() in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def qemu_pid(needle):
+    """The pid of the qemu-system-x86_64 whose command line has an argument containing
+    `needle` (this boot's QMP socket or disk image), or None."""
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/cmdline' % entry, 'rb') as f:
+                args = f.read().split(b'\0')
+        except OSError:
+            continue
+        if args and args[0].endswith(b'qemu-system-x86_64') and any(needle.encode() in a for a in args):
+            return int(entry)
+    return None

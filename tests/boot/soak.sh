@@ -37,45 +37,21 @@ echo "SOAK-DONE"
 SH
 
 read -r -d '' HOST_SIDE <<'PY'
-import glob, json, os, sys
+import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from qmp import Qmp, QmpError
+from qmp import Qmp, QmpError, console_has, process_alive, qemu_pid
 sock, console, boot_pid, fault = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-
-def alive():
-    try:
-        os.kill(boot_pid, 0)
-        return True
-    except OSError:
-        return False
-
-def console_has(marker):
-    try:
-        with open(console, 'rb') as f:
-            return marker.encode() in f.read()
-    except FileNotFoundError:
-        return False
-
-def qemu_pid():  # the QEMU whose command line names our QMP socket
-    for cmd in glob.glob('/proc/[0-9]*/cmdline'):
-        try:
-            with open(cmd, 'rb') as f:
-                args = f.read().split(b'\0')
-        except OSError:
-            continue
-        if args and args[0].endswith(b'qemu-system-x86_64') and any(sock.encode() in a for a in args):
-            return int(cmd.split('/')[2])
-    return None
+alive = lambda: process_alive(boot_pid)
 
 def held(q):
     return json.loads(q.command('qom-get', path='/machine/peripheral/d0', property='stats'))['stalled'] == 1
 
 try:
     q = Qmp.connect(sock, alive)
-    pid = qemu_pid()
+    pid = qemu_pid(sock)
     counts = {}
     for at in ('10', '100'):
-        q.wait_until(lambda: console_has('SOAK-PAUSE ' + at), alive)
+        q.wait_until(lambda: console_has(console, 'SOAK-PAUSE ' + at), alive)
         q.wait_until(lambda: held(q), alive)
         counts[at] = (len(os.listdir('/proc/%d/task' % pid)), len(os.listdir('/proc/%d/fd' % pid)))
         print('COUNTS', at, 'threads', counts[at][0], 'fds', counts[at][1], flush=True)
