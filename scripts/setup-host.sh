@@ -11,6 +11,8 @@ PKGS=(
   libgtest-dev libgmock-dev libaio-dev libbenchmark-dev
   libglib2.0-dev libpixman-1-dev libslirp-dev zlib1g-dev libfdt-dev
   flex bison python3-tomli
+  # the experiment runner's unit tests (scripts/hvexp, tests/exp)
+  python3-pytest
   seabios qemu-system-data ipxe-qemu
   busybox-static cpio zstd xz-utils kmod dpkg-dev
   gnuplot-nox

@@ -47,6 +47,11 @@ done
 python3 "$HVSTOR_ROOT/tests/lint/function_length.py" --max 80 "$HVSTOR_ROOT/hw" "$HVSTOR_ROOT/backend" | tail -n 20
 record "lint: function length" "${PIPESTATUS[0]}"
 
+# The experiment runner (scripts/hvexp): spec parser, statistics, expectations, report,
+# JSON summary and JUnit file, on results folders built by the tests.
+PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$HVSTOR_ROOT/tests/exp" 2>&1 | tail -n 15
+record "pytest: experiment runner" "${PIPESTATUS[0]}"
+
 # Each libFuzzer target (tests/fuzz, docs/fuzzing.md) for a fixed number of inputs, starting
 # from its checked-in seeds: about 2-3 minutes in all on two cores, once built. A finding fails
 # its step; the input is kept in .cache/fuzz-artifacts/TARGET/ with the command to replay it.

@@ -45,6 +45,8 @@ published = logger.write.iops=153
 [variant hwq1]
 params = storvsc_max_hw_queues=1
 published-ratio = logger.write.iops=1.76
+expect = logger.write.iops > 0
+expect = reader.read.lat < 100000
 EOF
 
 start=$SECONDS
@@ -65,7 +67,29 @@ check "tunables applied in the guest" grep -qx 'disk.sda.nr_requests=32' "$WORK/
 is_png() { [ "$(head -c 8 "$1" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; }
 check "IOPS plot (PNG)" is_png "$WORK/res/plots/logger-write-iops.png"
 check "latency plot (PNG)" is_png "$WORK/res/plots/reader-read-clat.png"
+check "expectations met and reported" grep -q '^  PASS hwq1: expect logger.write.iops > 0 (smoke.exp:' "$WORK/res/report.txt"
 sed -n '/^reader (read)/,/^Plots:/p' "$WORK/res/report.txt" 2>/dev/null | sed 's/^/  /'
+
+# The same results judged by a spec whose expectation cannot hold: exit 1, one line naming
+# it with the figure and the bound; the JUnit file says the same; summary.json agrees.
+sed 's/^expect = logger.write.iops > 0$/expect = logger.write.iops ratio >= 1000/' "$WORK/smoke.exp" > "$WORK/strict.exp"
+bash "$HVSTOR_ROOT/scripts/exp-report.sh" "$WORK/res" --spec "$WORK/strict.exp" >"$OUT" 2>&1
+rc=$?
+check "a failed expectation exits 1" [ "$rc" = 1 ]
+check "naming it, with the measured figure and the bound" \
+  has '^FAIL hwq1: expect logger.write.iops ratio >= 1000 \(strict.exp:[0-9]*\): measured x[0-9.]*, bound x>= 1000'
+junit_ok() {
+  /usr/bin/python3 -c '
+import sys, xml.etree.ElementTree as ET
+suite = ET.parse(sys.argv[1]).getroot().find("testsuite")
+failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+sys.exit(0 if failed == ["hwq1: logger.write.iops ratio >= 1000"] and suite.get("failures") == "1" else 1)' "$1"
+}
+check "the JUnit file parses and holds that failure" junit_ok "$WORK/res/junit.xml"
+check "summary.json says it did not pass" /usr/bin/python3 -c '
+import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["passed"] is False else 1)' "$WORK/res/summary.json"
+bash "$HVSTOR_ROOT/scripts/exp-report.sh" "$WORK/res" >"$OUT" 2>&1
+check "judged by its own spec again: exit 0" [ $? = 0 ]
 
 # A variant that cannot run: the harness must stop with the reason and the guest's output.
 sed -e 's/^tunables .*/tunables = nr_requests=32 no_such_tunable=1/' -e 's/^repetitions .*/repetitions = 1/' \

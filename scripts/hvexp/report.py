@@ -1,0 +1,378 @@
+"""The report of an experiment's results folder: the table (report.txt), a JSON summary
+(summary.json), a JUnit file (junit.xml), the expectations' verdicts and PNG plots.
+
+The folder holds plan.json (written before the first boot), spec.exp, and per run
+runs/<variant>/rep<N>/run.json (its status) with results/ (what the guest sent back).
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+from . import expect, spec as specmod
+from .results import METRICS, Figures, ResultError, load_run_dir, mean, median, sd
+
+
+class ReportError(Exception):
+    pass
+
+
+def load_plan(d):
+    try:
+        with open(os.path.join(d, "plan.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ReportError(f"{d} holds no experiment results (no plan.json)") from None
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{d}/plan.json is damaged: {e}") from None
+
+
+def run_status(d, v, rep):
+    p = os.path.join(d, "runs", v, f"rep{rep}", "run.json")
+    try:
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def header(path):
+    out = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for ln in f:
+                k, eq, v = ln.rstrip("\n").partition("=")
+                if eq and k not in out:
+                    out[k] = v
+    except OSError:
+        pass
+    return out
+
+
+def guest_facts(h):
+    """One line on what a guest ran, from its header."""
+    disk = next((k.split(".")[1] for k in h if re.fullmatch(r"disk\.[a-z]+\.hw_queues", k)), None)
+    if not disk:
+        return "no disk facts"
+
+    def g(k):
+        return h.get(k, "")
+    can = next((h[k] for k in h if re.fullmatch(r"host\.host[0-9]+\.can_queue", k)), "")
+    sched = re.search(r"\[(.*)\]", g(f"disk.{disk}.scheduler"))
+    shared = "yes" if "TAG_HCTX_SHARED" in g(f"disk.{disk}.hctx_flags") else "no"
+    facts = (f"{g(f'disk.{disk}.hw_queues')} hw queues, can_queue {can}, queue_depth {g(f'disk.{disk}.queue_depth')}, "
+             f"nr_requests {g(f'disk.{disk}.nr_requests')}, scheduler {sched.group(1) if sched else 'none'}, shared tags {shared}")
+    if h.get("device") == "scsi_debug":
+        sd_p = " ".join(f"{k}={h.get('scsi_debug.' + k, '?')}" for k in ("submit_queues", "host_max_queue", "ndelay"))
+        return f"scsi_debug ({sd_p}), {facts}, kernel {g('kernel')}"
+    ver = g("module.version") or "stock"
+    return (f"{facts}, {g('vmbus.channels')} channels, storvsc_max_hw_queues={g('param.storvsc_max_hw_queues')}, "
+            f"hv_storvsc {ver}, kernel {g('kernel')}")
+
+
+def _parse_published(s):
+    out = {}
+    for item in (s or "").split():
+        k, eq, v = item.partition("=")
+        m = re.fullmatch(r"(.+)\.([a-z]+)\.([a-z0-9]+)", k)
+        if eq and m:
+            out[(m.group(1), m.group(2), m.group(3))] = v
+    return out
+
+
+def _f(x, d):
+    return "-" if x is None or x != x else f"{x:.{d}f}"
+
+
+class Report:
+    def __init__(self, d, spec_path=None):
+        self.dir = d
+        self.plan = load_plan(d)
+        self.spec_path = spec_path or os.path.join(d, "spec.exp")
+        # Verdicts name the spec the user wrote, not the folder's copy of it.
+        self.spec_name = os.path.basename(spec_path) if spec_path else self.plan.get("spec", "spec.exp")
+        self.variants = [v["name"] for v in self.plan["variants"]]
+        self.vinfo = {v["name"]: v for v in self.plan["variants"]}
+        self.baseline = self.plan["baseline"]
+        self.figures = Figures(self.plan["scale"])
+        self.runs = []          # (variant, rep, status dict or None)
+        for rep in range(1, self.plan["reps"] + 1):
+            for v in self.variants:
+                st = run_status(d, v, rep)
+                self.runs.append((v, rep, st))
+                if st and st.get("status") == "ok":
+                    try:
+                        self.figures.add_run(v, load_run_dir(os.path.join(d, "runs", v, f"rep{rep}")))
+                    except ResultError as e:
+                        st["status"], st["why"] = "failed", str(e)
+        self.facts = {}
+        for v in self.variants:
+            hs = sorted(glob.glob(os.path.join(d, "runs", v, "rep*", "results", "header")))
+            if hs:
+                self.facts[v] = guest_facts(header(hs[0]))
+        self.outcomes = self._expectations()
+
+    def _expectations(self):
+        try:
+            sp = specmod.load(self.spec_path)
+        except specmod.SpecError as e:
+            raise ReportError(str(e)) from None
+        out = []
+        sections = [("", sp.experiment)] + [(n, s) for n, s in sp.variants.items()]
+        for scope, sec in sections:
+            for text, line in sec.expects:
+                try:
+                    e = expect.parse(text, line, scope)
+                except expect.ExpectError as err:
+                    raise ReportError(f"{sp.path}:{line}: {err}") from None
+                targets = [scope] if scope else [v for v in self.variants if not (e.ratio and v == self.baseline)]
+                for v in targets:
+                    if v not in self.variants:
+                        continue            # a variant left out with --variants
+                    out.append(expect.evaluate(e, v, self.baseline, self.figures,
+                                               f"{self.spec_name}:{line}"))
+        return out
+
+    # --- verdicts --------------------------------------------------------------------
+    def failed_runs(self):
+        return [(v, r, st) for v, r, st in self.runs if st and st.get("status") != "ok"]
+
+    def missing_runs(self):
+        return [(v, r) for v, r, st in self.runs if st is None]
+
+    def failed_expectations(self):
+        return [o for o in self.outcomes if not o.passed]
+
+    def ok(self):
+        return not self.failed_runs() and not self.missing_runs() and not self.failed_expectations()
+
+    # --- the table -------------------------------------------------------------------
+    def text(self):
+        p = self.plan
+        L = [f"Experiment {p['name']}: {p['description']}",
+             f"{p['vm']}; {p['reps']} repetition(s) of about {p['fio_seconds']} s of fio; {p['scale_note']}",
+             "variants:"]
+        for v in self.variants:
+            L.append(f"  {v:<14} {self.vinfo[v]['summary']}{'  (baseline)' if v == self.baseline else ''}")
+        if self.facts:
+            L.append("in the guest:")
+            for v in self.variants:
+                if v in self.facts:
+                    L.append(f"  {v:<14} {self.facts[v]}")
+        L.append(f"Mean over repetitions and its sample standard deviation; x = ratio to {self.baseline}'s mean.")
+        L.append("clat = mean completion latency, p99 = its 99th percentile (median over repetitions); "
+                 "MB/s = 10^6 bytes per second.")
+        fig = self.figures
+        for job, d in fig.keys:
+            L.append("")
+            L.append(f"{job} ({d})")
+            L.append(f"  {'variant':<14} {'runs':>4} {'IOPS':>10} {'sd':>9} {'MB/s':>10} {'sd':>9} {'clat ms':>9} "
+                     f"{'sd':>9} {'p99 ms':>9} {'IOPS x':>7} {'clat x':>7}   published")
+            bi = mean(fig.get(self.baseline, job, d, "iops"))
+            bl = mean(fig.get(self.baseline, job, d, "lat"))
+            for v in self.variants:
+                io, bw, lat = (fig.get(v, job, d, m) for m in ("iops", "bw", "lat"))
+                if not io:
+                    L.append(f"  {v:<14} {0:>4}   (no data)")
+                    continue
+                mi, mb, ml = mean(io), mean(bw), mean(lat)
+                pub = []
+                pa, pr = _parse_published(self.vinfo[v].get("published")), _parse_published(self.vinfo[v].get("published_ratio"))
+                for met, name, unit in (("iops", "IOPS", " IOPS"), ("bw", "MB/s", " MB/s"), ("lat", "clat", " ms")):
+                    if (job, d, met) in pa:
+                        pub.append(pa[(job, d, met)] + unit)
+                    if (job, d, met) in pr:
+                        pub.append(f"{name} x{pr[(job, d, met)]}")
+                L.append(f"  {v:<14} {len(io):>4} {_f(mi, 1):>10} {_f(sd(io), 1):>9} {_f(mb, 2):>10} {_f(sd(bw), 2):>9} "
+                         f"{_f(ml, 3):>9} {_f(sd(lat), 3):>9} {_f(median(fig.get(v, job, d, 'p99')), 3):>9} "
+                         f"{_f(mi / bi, 2) if bi > 0 else '-':>7} {_f(ml / bl, 2) if bl > 0 else '-':>7}   {', '.join(pub)}".rstrip())
+        pubs = []
+        for v in self.variants:
+            for (job, d, met), val in _parse_published(self.vinfo[v].get("published_ratio")).items():
+                if met not in ("iops", "bw", "lat"):
+                    continue
+                a, b = fig.get(v, job, d, met), fig.get(self.baseline, job, d, met)
+                name = {"iops": "IOPS", "bw": "MB/s", "lat": "clat"}[met]
+                meas = f"x{mean(a) / mean(b):.2f}" if a and b and mean(b) > 0 else "no data"
+                pubs.append(f"  {job} ({d}) {name}, {v} / {self.baseline}: published x{val}, measured {meas}")
+        if pubs:
+            L += ["", f"Published against measured (ratio to {self.baseline}):"] + pubs
+        if self.outcomes:
+            L += ["", "Expectations (medians over repetitions):"] + ["  " + o.line() for o in self.outcomes]
+        bad = self.failed_runs()
+        if bad or self.missing_runs():
+            L += ["", "Runs that did not count:"]
+            L += [f"  {v}, repetition {r}: {st.get('why', 'failed')}" for v, r, st in bad]
+            L += [f"  {v}, repetition {r}: not run (the experiment stopped before it)" for v, r in self.missing_runs()]
+        return "\n".join(L) + "\n"
+
+    # --- machine-readable ------------------------------------------------------------
+    def summary(self):
+        fig = self.figures
+        figures = []
+        for job, d in fig.keys:
+            for v in self.variants:
+                for m in METRICS:
+                    vals = fig.get(v, job, d, m)
+                    if not vals:
+                        continue
+                    b = fig.get(self.baseline, job, d, m)
+                    figures.append({
+                        "job": job, "dir": d, "metric": m, "unit": METRICS[m][0], "variant": v,
+                        "values": vals, "mean": mean(vals), "sd": _nan_none(sd(vals)), "median": median(vals),
+                        "ratio_of_means": mean(vals) / mean(b) if b and mean(b) > 0 else None,
+                    })
+        return {
+            "experiment": self.plan["name"], "description": self.plan["description"],
+            "scale": self.plan["scale"], "repetitions": self.plan["reps"], "baseline": self.baseline,
+            "variants": [{"name": v, "summary": self.vinfo[v]["summary"], "device": self.vinfo[v]["device"],
+                          "guest": self.facts.get(v, ""), "runs_ok": fig.runs.get(v, 0)} for v in self.variants],
+            "runs": [{"variant": v, "rep": r, "status": (st or {}).get("status", "not run"),
+                      "why": (st or {}).get("why", ""), "seconds": (st or {}).get("seconds")} for v, r, st in self.runs],
+            "figures": figures,
+            "expectations": [{"variant": o.variant, "expect": o.expectation.text, "where": o.where,
+                              "passed": o.passed, "figure": o.figure, "bound": o.expectation.describe_bound(),
+                              "ratio": o.expectation.ratio, "detail": o.detail} for o in self.outcomes],
+            "passed": self.ok(),
+        }
+
+    def junit(self):
+        name = f"hvstor.{self.plan['name']}"
+        suite = ET.Element("testsuite", name=name)
+        tests = failures = skipped = 0
+        for v, r, st in self.runs:
+            tests += 1
+            tc = ET.SubElement(suite, "testcase", classname=f"{name}.runs", name=f"{v} repetition {r}")
+            if st is None:
+                skipped += 1
+                ET.SubElement(tc, "skipped", message="not run: the experiment stopped before it")
+                continue
+            if st.get("seconds") is not None:
+                tc.set("time", f"{st['seconds']:.0f}")
+            if st.get("status") != "ok":
+                failures += 1
+                f = ET.SubElement(tc, "failure", message=st.get("why", "failed"))
+                f.text = st.get("why", "")
+        for o in self.outcomes:
+            tests += 1
+            tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{o.variant}: {o.expectation.text}")
+            out = ET.SubElement(tc, "system-out")
+            out.text = o.line()
+            if not o.passed:
+                failures += 1
+                f = ET.SubElement(tc, "failure", message=o.line())
+                f.text = o.detail
+        suite.set("tests", str(tests))
+        suite.set("failures", str(failures))
+        suite.set("errors", "0")
+        suite.set("skipped", str(skipped))
+        root = ET.Element("testsuites", name="hvstor", tests=str(tests), failures=str(failures))
+        root.append(suite)
+        ET.indent(root)
+        return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+    # --- plots -----------------------------------------------------------------------
+    def plots(self, log=print):
+        pdir = os.path.join(self.dir, "plots")
+        shutil.rmtree(pdir, ignore_errors=True)
+        os.makedirs(os.path.join(pdir, "data"))
+        if not shutil.which("gnuplot"):
+            log("gnuplot is missing: no plots (apt-get install gnuplot-nox)")
+            return []
+        made = []
+        for job, d in self.figures.keys:
+            for kind in ("iops", "clat"):
+                png = _plot(self, pdir, job, d, kind)
+                if png:
+                    made.append(png)
+        return made
+
+    def write(self, log=print):
+        pngs = self.plots(log)
+        text = self.text()
+        text += "\nPlots:\n" + "".join(f"  {p}\n" for p in sorted(pngs))
+        text += f"Runs (header, fio.json, fio logs, console): {os.path.join(self.dir, 'runs')}\n"
+        text += f"Summary: {os.path.join(self.dir, 'summary.json')}; JUnit: {os.path.join(self.dir, 'junit.xml')}\n"
+        for fname, content in (("report.txt", text), ("summary.json", json.dumps(self.summary(), indent=1) + "\n"),
+                               ("junit.xml", self.junit())):
+            with open(os.path.join(self.dir, fname), "w", encoding="utf-8") as f:
+                f.write(content)
+        return text
+
+
+def _nan_none(x):
+    return None if x != x else x
+
+
+_DIRNUM = {"read": 0, "write": 1, "trim": 2}
+
+
+def series(d, variant, job, direction, kind, avg_ms, scale):
+    """(seconds, value) points: per log-avg-msec bin, IOPS summed over a job's clones and
+    averaged over repetitions, or completion latency (ms) averaged over all entries."""
+    ftype = "iops" if kind == "iops" else "clat"
+    files = sorted(glob.glob(os.path.join(d, "runs", variant, "rep*", "results", "logs", f"{job}_{ftype}.*.log")))
+    want = _DIRNUM[direction]
+    sums, n = {}, {}
+    reps = set()
+    for path in files:
+        rep = re.search(r"/rep([0-9]+)/", path).group(1)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for ln in f:
+                parts = [x.strip() for x in ln.split(",")]
+                if len(parts) < 3 or not parts[2].isdigit() or int(parts[2]) != want:
+                    continue
+                try:
+                    t, val = float(parts[0]), float(parts[1])
+                except ValueError:
+                    continue
+                b = int((t + avg_ms / 2) // avg_ms)
+                if kind == "iops":
+                    reps.add(rep)
+                    sums[(rep, b)] = sums.get((rep, b), 0.0) + val
+                else:
+                    sums[b] = sums.get(b, 0.0) + val
+                    n[b] = n.get(b, 0) + 1
+    pts = []
+    if kind == "iops":
+        bins = sorted({b for _, b in sums})
+        for b in bins:
+            vals = [sums[(r, b)] for r in reps if (r, b) in sums]
+            pts.append((b * avg_ms / 1000 / scale, sum(vals) / len(vals) * scale))
+    else:
+        for b in sorted(sums):
+            pts.append((b * avg_ms / 1000 / scale, sums[b] / n[b] / scale / 1e6))
+    return pts
+
+
+def _plot(rep, pdir, job, direction, kind):
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", job)
+    cmds = []
+    for v in rep.variants:
+        pts = series(rep.dir, v, job, direction, kind, rep.plan["log_avg"], rep.plan["scale"])
+        if not pts:
+            continue
+        dat = os.path.join(pdir, "data", f"{safe}-{direction}-{kind}-{v}.dat")
+        with open(dat, "w", encoding="utf-8") as f:
+            f.writelines(f"{t:g} {y:g}\n" for t, y in pts)
+        cmds.append(f"'{dat}' using 1:2 with linespoints lw 2 pt 7 ps 0.5 title '{v}'")
+    if not cmds:
+        return None
+    png = os.path.join(pdir, f"{safe}-{direction}-{kind}.png")
+    what, ylabel = ("IOPS", "IOPS") if kind == "iops" else ("completion latency", "mean completion latency (ms)")
+    script = "\n".join([
+        "set terminal pngcairo size 1000,520 noenhanced",
+        f"set output '{png}'",
+        f"set title \"{rep.plan['name']}: {job} ({direction}), {what} over time (mean of repetitions)\"",
+        "set xlabel \"time (s)\"", f"set ylabel \"{ylabel}\"", "set yrange [0:*]", "set grid", "set key below",
+        "plot " + ", ".join(cmds), ""])
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    if r.returncode != 0 and "pngcairo" in r.stderr:
+        r = subprocess.run(["gnuplot"], input=script.replace("pngcairo", "png"), text=True, capture_output=True)
+    if r.returncode != 0:
+        raise ReportError(f"gnuplot failed: {r.stderr.strip()[:400]}")
+    return png

@@ -1,0 +1,84 @@
+"""Shared pieces of the experiment runner's tests: scripts/ on the import path, and a
+builder of results folders as ./hvstor run leaves them (plan.json, spec.exp, runs/)."""
+
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+SPEC = """\
+[experiment]
+description = test experiment
+repetitions = 3
+{exp_extra}
+fio = <<END
+[global]
+runtime=5
+[wal]
+rw=write
+[hogs]
+rw=randread
+END
+
+[disk]
+backend = null
+size = 4G
+
+[variant stock]
+{stock_extra}
+
+[variant shared]
+patch = none
+{shared_extra}
+"""
+
+
+def spec_text(exp_extra="", stock_extra="", shared_extra=""):
+    return SPEC.format(exp_extra=exp_extra, stock_extra=stock_extra, shared_extra=shared_extra)
+
+
+def fio_json(jobs):
+    """jobs: list of (name, dir, iops, clat_mean_ms, p99_ms) -> fio's JSON text."""
+    out = []
+    for name, d, iops, lat, p99 in jobs:
+        j = {"jobname": name}
+        for dd in ("read", "write", "trim"):
+            j[dd] = {"total_ios": 0, "iops": 0, "bw_bytes": 0, "clat_ns": {"mean": 0}}
+        j[d] = {"total_ios": int(iops * 5), "iops": iops, "bw_bytes": iops * 8192,
+                "clat_ns": {"mean": lat * 1e6, "percentile": {"50.000000": lat * 1e6, "99.000000": p99 * 1e6}}}
+        out.append(j)
+    return "fio: a warning before the document\n" + json.dumps({"fio version": "fio-3.33", "jobs": out})
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    """make(figures, spec=...) -> a results folder. figures: {variant: [[(job, dir, iops,
+    lat, p99), ...] per repetition]}; a repetition given as None failed, one missing was not run."""
+
+    def make(figures, spec=None, reps=3, scale=1.0, baseline="stock"):
+        d = tmp_path / "res"
+        d.mkdir()
+        (d / "spec.exp").write_text(spec or spec_text())
+        variants = list(figures)
+        plan = {"name": "t", "description": "test", "scale": scale, "scale_note": "n", "reps": reps,
+                "fio_seconds": 5, "log_avg": 1000, "vm": "debian-6.1, 2 vCPUs, 1G", "baseline": baseline,
+                "variants": [{"name": v, "summary": f"{v} summary", "device": "hv-storvsc", "published": "",
+                              "published_ratio": ""} for v in variants]}
+        (d / "plan.json").write_text(json.dumps(plan))
+        for v, runs in figures.items():
+            for rep, rows in enumerate(runs, 1):
+                rd = d / "runs" / v / f"rep{rep}"
+                (rd / "results").mkdir(parents=True)
+                if rows is None:
+                    (rd / "run.json").write_text(json.dumps({"status": "failed", "why": "the boot failed with status 124", "seconds": 3}))
+                    continue
+                (rd / "results" / "fio.json").write_text(fio_json(rows))
+                (rd / "results" / "header").write_text("device=hv-storvsc\nkernel=6.1.0-57-amd64\ndisk.sda.hw_queues=2\n")
+                (rd / "run.json").write_text(json.dumps({"status": "ok", "why": "", "seconds": 42.0}))
+        return str(d)
+
+    return make

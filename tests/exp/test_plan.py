@@ -1,0 +1,112 @@
+import os
+
+import pytest
+
+from conftest import spec_text
+from hvexp import plan, spec
+
+
+def make(text, **kw):
+    return plan.Plan(spec.parse(text, "/nowhere/x.exp"), **kw)
+
+
+def test_durations_and_fixed_latency():
+    assert plan.duration_ns("24ms") == 24e6
+    assert plan.duration_ns("500us") == 5e5
+    assert plan.duration_ns("2000") == 2000
+    assert plan.duration_ns("soon") is None
+    assert plan.fixed_latency_ns("latency=24ms") == 24e6
+    assert plan.fixed_latency_ns("latency=fixed:2ms,time-scale=8") == 2e6
+    assert plan.fixed_latency_ns("profile=premium-p30") is None
+    assert plan.fixed_latency_ns("latency=lognormal:1ms:3ms") is None
+    assert plan.fixed_latency_ns("latency=2ms,iops=500") is None
+
+
+def test_hv_devices_scale_and_escape():
+    p = make(spec_text(exp_extra="time-scale = 8\nvm-perf = profile=Standard_D16s_v3\nstorvsc = outstanding=128"))
+    devs = p.variants["stock"].devices
+    assert devs[1] == "hv-vmbus-bridge,vm-perf=profile=Standard_D16s_v3,,time-scale=8"
+    assert devs[3] == "hv-storvsc,id=scsi0,outstanding=128"
+    assert devs[5] == "hv-disk,id=disk0,bus=scsi0.0,lun=0,backend=null,size=4G"
+    assert p.eff_scale == 8 and p.variants["stock"].wait_disks == 1
+
+
+def test_time_scale_without_perf_is_ignored():
+    p = make(spec_text(exp_extra="time-scale = 8"))
+    assert p.eff_scale == 1 and "ignored" in p.scale_note
+
+
+def test_params_and_append():
+    p = make(spec_text(stock_extra="params = storvsc_max_hw_queues=1 scsi_mod.use_blk_mq=1\nappend = nohz=off"))
+    assert p.variants["stock"].append == "hv_storvsc.storvsc_max_hw_queues=1 scsi_mod.use_blk_mq=1 nohz=off"
+
+
+def test_control_variant_derives_scsi_debug_from_the_experiment():
+    p = make(spec_text(exp_extra="vcpus = 8\ntime-scale = 2\nperf = latency=24ms",
+                       stock_extra="device = scsi_debug\nparams = storvsc_max_hw_queues=4",
+                       shared_extra="device = scsi_debug\nscsi-debug = host_max_queue=192"))
+    a, b = p.variants["stock"], p.variants["shared"]
+    assert a.scsi_debug["submit_queues"] == "4"           # hardware queues of the variant
+    assert b.scsi_debug["submit_queues"] == "8"
+    assert a.scsi_debug["ndelay"] == str(48_000_000)       # 24 ms x time-scale 2
+    assert b.scsi_debug["host_max_queue"] == "192"
+    assert a.scsi_debug["virtual_gb"] == "4" and a.scsi_debug["fake_rw"] == "1"
+    assert a.devices == [] and a.env == {"HVSTOR_GUEST_EXTRA_MODULES": "scsi_debug"}
+    assert "hvstor.modules=scsi_debug" in a.append and "scsi_debug.ndelay=48000000" in a.append
+    assert "control: scsi_debug" in a.summary
+    assert "DEVICE=scsi_debug" in p.guest_script("stock")
+
+
+def test_control_variant_errors():
+    with pytest.raises(spec.SpecError, match="needs its service latency"):
+        make(spec_text(stock_extra="device = scsi_debug"))
+    with pytest.raises(spec.SpecError, match="unknown scsi_debug parameter 'colour'"):
+        make(spec_text(stock_extra="device = scsi_debug\nscsi-debug = ndelay=1ms colour=red"))
+    with pytest.raises(spec.SpecError, match="just under 1 s"):
+        make(spec_text(stock_extra="device = scsi_debug\nscsi-debug = ndelay=2s"))
+    with pytest.raises(spec.SpecError, match="device must be one of"):
+        make(spec_text(stock_extra="device = virtio"))
+
+
+def test_variant_errors_point_at_the_line():
+    with pytest.raises(spec.SpecError) as e:
+        make(spec_text(stock_extra="vcpus = many"))
+    assert "variant stock: vcpus must be a positive number" in str(e.value) and e.value.line > 0
+    with pytest.raises(spec.SpecError, match="neither debian-6.1, debian-6.12 nor a file"):
+        make(spec_text(stock_extra="kernel = /no/such/bzImage"))
+    with pytest.raises(spec.SpecError, match="modules is for a kernel given as a path"):
+        make(spec_text(stock_extra="modules = /tmp"))
+    with pytest.raises(spec.SpecError, match="a patch or a prebuilt ko, not both"):
+        make(spec_text(shared_extra="ko = x.ko"))
+    with pytest.raises(spec.SpecError, match="time-scale=4, the experiment's time-scale is 8"):
+        make(spec_text(exp_extra="time-scale = 8", stock_extra="perf = latency=1ms,time-scale=4"))
+    with pytest.raises(plan.PlanError, match="no variant 'nope'"):
+        make(spec_text(), only=["nope"])
+
+
+def test_baseline_and_variant_selection():
+    p = make(spec_text(exp_extra="baseline = shared"))
+    assert p.order == ["shared", "stock"]
+    p = make(spec_text(), only=["shared"])
+    assert p.baseline == "shared" and p.order == ["shared"]
+
+
+def test_patch_goes_to_the_module_builder():
+    calls = []
+
+    def build(v, kernel, modules, kdir, patch):
+        calls.append((v, kernel, patch))
+        return "/k/hv_storvsc.ko", {"version": "hvstor-none-x", "srcversion": "ABC"}
+    p = make(spec_text(exp_extra="kernel = debian-6.12"), build_module=build)
+    assert calls == [("shared", "debian-6.12", "none")]
+    s = p.variants["shared"]
+    assert (s.ko, s.want_version, s.want_srcversion) == ("/k/hv_storvsc.ko", "hvstor-none-x", "ABC")
+    assert p.variants["stock"].ko == ""
+
+
+def test_guest_script_is_filled():
+    p = make(spec_text(exp_extra="tunables = nr_requests=56"))
+    g = p.guest_script("stock")
+    assert "@@" not in g
+    assert "hvstor-blk-tune $d nr_requests=56" in g
+    assert "write_iops_log" in g and "NDISKS=1" in g

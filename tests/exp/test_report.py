@@ -1,0 +1,122 @@
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import spec_text
+from hvexp import __main__ as cli
+from hvexp import report
+
+WAL = lambda iops, lat=10.0: [("wal", "write", iops, lat, 2 * lat), ("hogs", "read", 1000, 5.0, 20.0)]
+
+EXPECT_PASS = spec_text(exp_extra="expect = hogs.read.iops >= 500",
+                        shared_extra="expect = wal.write.iops ratio >= 1.5\nexpect = wal.write.lat <= 8")
+EXPECT_FAIL = spec_text(shared_extra="expect = wal.write.iops ratio >= 3.2")
+
+
+def figures(shared_iops=(150, 160, 170)):
+    return {"stock": [WAL(100), WAL(100), WAL(100)], "shared": [WAL(x, 6.0) for x in shared_iops]}
+
+
+def test_passing_expectations(results_dir, capsys):
+    d = results_dir(figures(), EXPECT_PASS)
+    rep = report.Report(d)
+    # hogs >= 500 applies to both variants; the ratio and the latency to shared only.
+    assert [(o.variant, o.expectation.text, o.passed) for o in rep.outcomes] == [
+        ("stock", "hogs.read.iops >= 500", True), ("shared", "hogs.read.iops >= 500", True),
+        ("shared", "wal.write.iops ratio >= 1.5", True), ("shared", "wal.write.lat <= 8", True)]
+    assert rep.ok()
+    assert cli.main(["report", d]) == 0
+    out = capsys.readouterr().out
+    assert "PASS shared: expect wal.write.iops ratio >= 1.5 (spec.exp:" in out
+
+
+def test_failing_expectation_exits_1_and_names_it(results_dir, capsys):
+    d = results_dir(figures(), EXPECT_FAIL)
+    assert cli.main(["report", d]) == 1
+    err = capsys.readouterr().err
+    line = [ln for ln in err.splitlines() if ln.startswith("FAIL")]
+    assert len(line) == 1
+    assert "expect wal.write.iops ratio >= 3.2" in line[0]
+    assert "measured x1.60" in line[0] and "bound x>= 3.2" in line[0]
+
+
+def test_spec_override_rejudges_the_same_results(results_dir):
+    d = results_dir(figures(), EXPECT_PASS)
+    other = d + "/../other.exp"
+    with open(other, "w") as f:
+        f.write(EXPECT_FAIL)
+    assert cli.main(["report", d, "--spec", other]) == 1
+    assert cli.main(["report", d]) == 0
+
+
+def test_a_bad_expectation_is_a_spec_error(results_dir, capsys):
+    d = results_dir(figures(), spec_text(shared_extra="expect = wal.write.iops ratio >> 2"))
+    assert cli.main(["report", d]) == 2
+    assert "spec.exp:" in capsys.readouterr().err
+
+
+def test_failed_and_missing_runs_count_against_the_verdict(results_dir):
+    figs = figures()
+    figs["shared"] = [WAL(150), None]          # rep 2 failed, rep 3 never ran
+    d = results_dir(figs, spec_text())
+    rep = report.Report(d)
+    assert [(v, r) for v, r, _ in rep.failed_runs()] == [("shared", 2)]
+    assert rep.missing_runs() == [("shared", 3)]
+    assert not rep.ok()
+    assert cli.main(["report", d]) == 3
+    text = rep.text()
+    assert "shared, repetition 2: the boot failed with status 124" in text
+    assert "shared, repetition 3: not run" in text
+
+
+def test_junit_parses_and_counts(results_dir):
+    figs = figures()
+    figs["shared"] = [WAL(150), WAL(150), None]
+    d = results_dir(figs, EXPECT_FAIL)
+    report.Report(d).write(lambda m: None)
+    root = ET.parse(d + "/junit.xml").getroot()
+    assert root.tag == "testsuites"
+    suite = root.find("testsuite")
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) == 6 + 1
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert int(suite.get("failures")) == len(failed) == 2
+    names = {c.get("name") for c in failed}
+    assert names == {"shared repetition 3", "shared: wal.write.iops ratio >= 3.2"}
+    assert all(c.get("classname").startswith("hvstor.t.") for c in cases)
+
+
+def test_summary_json(results_dir):
+    d = results_dir(figures(), EXPECT_PASS)
+    report.Report(d).write(lambda m: None)
+    s = json.load(open(d + "/summary.json"))
+    assert s["passed"] is True and s["baseline"] == "stock"
+    wal = [f for f in s["figures"] if f["job"] == "wal" and f["metric"] == "iops" and f["variant"] == "shared"][0]
+    assert wal["values"] == [150, 160, 170] and wal["median"] == 160
+    assert wal["ratio_of_means"] == pytest.approx(1.6)
+    assert len(s["expectations"]) == 4 and all(e["passed"] for e in s["expectations"])
+    assert [r["status"] for r in s["runs"]] == ["ok"] * 6
+
+
+def test_time_scale_applies(results_dir):
+    d = results_dir(figures(), spec_text(stock_extra="expect = wal.write.iops >= 790\nexpect = wal.write.lat <= 1.3"), scale=8)
+    rep = report.Report(d)
+    assert all(o.passed for o in rep.outcomes), [o.line() for o in rep.outcomes]
+
+
+def test_table_rows(results_dir):
+    d = results_dir(figures(), spec_text())
+    text = report.Report(d).text()
+    assert "\nwal (write)\n" in text and "\nhogs (read)\n" in text
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^  (stock|shared) +[0-9]+ +[0-9]", ln)]
+    # wal then hogs, baseline first: variant, runs, IOPS, sd, MB/s, sd, clat, sd, p99, IOPS x, clat x
+    assert [r[:3] for r in rows] == [["stock", "3", "100.0"], ["shared", "3", "160.0"],
+                                     ["stock", "3", "1000.0"], ["shared", "3", "1000.0"]]
+    assert rows[1][9:11] == ["1.60", "0.60"] and rows[1][8] == "12.000"
+
+
+def test_not_a_results_folder(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "no plan.json" in capsys.readouterr().err
