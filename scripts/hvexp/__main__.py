@@ -22,6 +22,8 @@ def main(argv=None):
     r.add_argument("--variants", help="run only these variants, comma separated (the first is the baseline)")
     r.add_argument("--out", help="results folder (default .cache/results/<name>-<date>-<time>)")
     r.add_argument("--jobs", type=_posint, default=1, help="boot up to N runs at once (default 1)")
+    r.add_argument("--trace", action="store_true",
+                   help="per-IO latency attribution: trace every I/O in the guest and the host (as trace = on)")
     r.add_argument("--dry-run", action="store_true", help="print each variant's boot command and the guest script")
     p = sub.add_parser("report", help="redo the report and the verdict of a results folder")
     p.add_argument("results", help="a results folder of ./hvstor run")

@@ -16,6 +16,10 @@ DEVICES = ("hv-storvsc", "scsi_debug")
 SCSI_DEBUG_PARAMS = frozenset("""
     ndelay delay submit_queues host_max_queue max_queue virtual_gb dev_size_mb fake_rw
     sector_size opts every num_tgts max_luns no_uld statistics""".split())
+TRACE_KB = 8192
+# QEMU's side of trace = on: each SRB's arrival on our ring and its completion, timestamped.
+HOST_TRACE = ["-trace", "enable=hvstor_storvsp_srb_submit", "-trace", "enable=hvstor_storvsp_srb_complete",
+              "-D", "@RUNDIR@/host-trace.log", "-msg", "timestamp=on"]
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ns|us|ms|s)?$")
 _UNITS = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9, None: 1}
 
@@ -92,7 +96,7 @@ class PlanError(Exception):
 class Plan:
     """Everything about an experiment that is decided before the first boot."""
 
-    def __init__(self, spec, reps=None, runtime=None, only=None, build_module=None, modinfo=None):
+    def __init__(self, spec, reps=None, runtime=None, only=None, build_module=None, modinfo=None, trace=None):
         self.spec = spec
         self.name = os.path.splitext(os.path.basename(spec.path))[0]
         self.dir = os.path.dirname(os.path.abspath(spec.path))
@@ -112,6 +116,12 @@ class Plan:
         self.reps = reps if reps is not None else self._posint(ex, "repetitions", 3)
         self.scale = self._scale(ex)
         self.log_avg = self._posint(ex, "log-avg-msec", 1000)
+        t = ex.get("trace", "off")
+        if t not in ("on", "off"):
+            raise spec.error(ex.lines["trace"], f"trace is on or off, got '{t}'")
+        self.trace = trace if trace is not None else t == "on"
+        # Per-CPU trace buffer in the guest: about 60 bytes per event, 7 events per I/O.
+        self.trace_kb = TRACE_KB if self.trace else 0
         try:
             self.job = fiojob.prepare(ex.values["fio"], self.log_avg, runtime)
             self.fio_seconds = fiojob.seconds(self.job)
@@ -122,6 +132,8 @@ class Plan:
         for v in self.order:
             self.variants[v] = self._variant(v, build_module, modinfo)
         self.eff_scale = self.scale if self.perf_used else 1.0
+        # Rendered once: a change to the template while an experiment runs does not reach it.
+        self.scripts = {v: self.guest_script(v) for v in self.order}
         if self.perf_used:
             self.scale_note = (f"time-scale {_num(self.scale)}: rates x{_num(self.scale)}, latencies and times /{_num(self.scale)}"
                                if self.scale != 1 else "time-scale 1")
@@ -203,7 +215,7 @@ class Plan:
             raise self._err(v, "vcpus", f"vcpus must be a positive number, got '{vcpus}'")
         vcpus = int(vcpus)
         mem = self._val(v, "mem", "1G")
-        desc = self._val(v, "description", "")
+        desc = self.spec.variants[v].get("description", "")     # the experiment's describes it
         kname = kernel if kernel.startswith("debian-") else os.path.basename(kernel)
         summary = (desc + ": " if desc else "") + kname
 
@@ -252,7 +264,7 @@ class Plan:
         if device == "hv-storvsc":
             if not self.spec.disks:
                 raise self.spec.error(0, f"variant {v} runs on hv-storvsc but the spec has no [disk] section")
-            devices = self._hv_devices(v)
+            devices = self._hv_devices(v) + (HOST_TRACE if self.trace else [])
             wait = len(self.spec.disks)
         else:
             scsi_debug = self._scsi_debug(v, vcpus, params)
@@ -367,7 +379,8 @@ class Plan:
             lines.pop(0)
         text = "".join(lines)
         ndisks = len(self.spec.disks) if var.device == "hv-storvsc" else 1
-        fields = {"DEVICE": var.device, "NDISKS": str(ndisks), "TUNABLES": var.tunables, "JOB": self.job.rstrip("\n")}
+        fields = {"DEVICE": var.device, "NDISKS": str(ndisks), "TUNABLES": var.tunables,
+                  "TRACE_KB": str(self.trace_kb), "JOB": self.job.rstrip("\n")}
         for k, x in fields.items():
             text = text.replace(f"@@{k}@@", x)
         left = re.findall(r"@@[A-Z_]+@@", text)

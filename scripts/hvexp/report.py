@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
-from . import expect, spec as specmod
+from . import attrib, expect, spec as specmod
 from .results import METRICS, Figures, ResultError, load_run_dir, mean, median, sd
 
 
@@ -115,6 +115,75 @@ class Report:
             if hs:
                 self.facts[v] = guest_facts(header(hs[0]))
         self.outcomes = self._expectations()
+        self.attribution = self._attribution() if self.plan.get("trace") else {}
+
+    def _attribution(self):
+        """{variant: {dir: {part: ms, "n": ios}}}, over the variant's runs (weighted by the
+        requests each traced), scaled back; plus "partial"/"lost" counts."""
+        out = {}
+        scale = self.plan["scale"]
+        for v in self.variants:
+            acc, n, extra = {}, {}, {"partial": 0, "lost": 0}
+            for _, r, st in (x for x in self.runs if x[0] == v):
+                if not st or st.get("status") != "ok":
+                    continue
+                a = attrib.run_attribution(os.path.join(self.dir, "runs", v, f"rep{r}"))
+                if not a:
+                    continue
+                extra["partial"] += a["partial"]
+                extra["lost"] += a["lost"]
+                for d, parts in a["parts"].items():
+                    k = parts["n"]
+                    n[d] = n.get(d, 0) + k
+                    for p, ms in parts.items():
+                        if p not in ("n", "host_n"):
+                            acc.setdefault(d, {}).setdefault(p, 0.0)
+                            acc[d][p] += ms * k
+            if acc:
+                out[v] = {d: dict({p: x / n[d] / scale for p, x in ps.items()}, n=n[d]) for d, ps in acc.items()}
+                out[v].update(extra)
+        return out
+
+    def attribution_text(self):
+        if not self.attribution:
+            return []
+        L = ["", "Latency attribution (trace = on): mean ms per request, guest tracepoints and host records",
+             "(docs/experiments.md, \"Latency attribution\"); fio = fio's mean completion latency minus the traced parts."]
+        dirs = []
+        for job, d in self.figures.keys:
+            if d not in dirs:
+                dirs.append(d)
+        for d in dirs:
+            jobs = [j for j, dd in self.figures.keys if dd == d]
+            L += ["", f"{d} (fio jobs: {', '.join(jobs)})",
+                  f"  {'variant':<14} {'requests':>8} {'tag':>8} {'sched':>8} {'scsi':>8} {'host':>8} {'transprt':>8} "
+                  f"{'device':>8} {'complete':>8} {'wake':>8} {'traced':>8} {'fio clat':>8} {'fio':>8}"]
+            for v in self.variants:
+                p = self.attribution.get(v, {}).get(d)
+                if not p:
+                    continue
+                traced = sum(p.get(k, 0.0) for k in attrib.PARTS + ("device",))
+                clat = self.fio_clat(v, d)
+                cells = [p.get(k) for k in ("tag", "sched", "scsi", "host", "transport", "device", "complete", "wake")]
+                L.append(f"  {v:<14} {p['n']:>8} " + " ".join(f"{_f(c, 3):>8}" for c in cells) +
+                         f" {_f(traced, 3):>8} {_f(clat, 3):>8} {_f(None if clat is None else clat - traced, 3):>8}")
+        bad = [(v, a["partial"], a["lost"]) for v, a in self.attribution.items() if a["partial"] or a["lost"]]
+        if bad:
+            L.append("  left out: " + "; ".join(f"{v}: {p} requests seen in part, {l} events lost" for v, p, l in bad))
+        return L
+
+    def fio_clat(self, v, d):
+        """fio's mean completion latency of a direction over its jobs (weighted by I/O), ms."""
+        tot = n = 0.0
+        for job, dd in self.figures.keys:
+            if dd != d:
+                continue
+            lat = self.figures.get(v, job, d, "lat")
+            io = self.figures.get(v, job, d, "iops")
+            if lat and io:
+                tot += mean(lat) * mean(io)
+                n += mean(io)
+        return tot / n if n else None
 
     def _expectations(self):
         try:
@@ -201,6 +270,7 @@ class Report:
                 pubs.append(f"  {job} ({d}) {name}, {v} / {self.baseline}: published x{val}, measured {meas}")
         if pubs:
             L += ["", f"Published against measured (ratio to {self.baseline}):"] + pubs
+        L += self.attribution_text()
         if self.outcomes:
             L += ["", "Expectations (medians over repetitions):"] + ["  " + o.line() for o in self.outcomes]
         bad = self.failed_runs()
@@ -234,6 +304,7 @@ class Report:
             "runs": [{"variant": v, "rep": r, "status": (st or {}).get("status", "not run"),
                       "why": (st or {}).get("why", ""), "seconds": (st or {}).get("seconds")} for v, r, st in self.runs],
             "figures": figures,
+            "attribution": self.attribution,
             "expectations": [{"variant": o.variant, "expect": o.expectation.text, "where": o.where,
                               "passed": o.passed, "figure": o.figure, "bound": o.expectation.describe_bound(),
                               "ratio": o.expectation.ratio, "detail": o.detail} for o in self.outcomes],
@@ -284,6 +355,10 @@ class Report:
             log("gnuplot is missing: no plots (apt-get install gnuplot-nox)")
             return []
         made = []
+        for d in sorted({d for v in self.attribution.values() for d in v if isinstance(v.get(d), dict)}):
+            png = _attribution_plot(self, pdir, d)
+            if png:
+                made.append(png)
         for job, d in self.figures.keys:
             for kind in ("iops", "clat"):
                 png = _plot(self, pdir, job, d, kind)
@@ -347,6 +422,34 @@ def series(d, variant, job, direction, kind, avg_ms, scale):
         for b in sorted(sums):
             pts.append((b * avg_ms / 1000 / scale, sums[b] / n[b] / scale / 1e6))
     return pts
+
+
+def _attribution_plot(rep, pdir, d):
+    """Stacked bars: one per variant, the parts of a request's latency in one direction."""
+    parts = ("tag", "sched", "scsi", "host", "transport", "device", "complete", "wake")
+    rows = [(v, rep.attribution[v][d]) for v in rep.variants if isinstance(rep.attribution.get(v, {}).get(d), dict)]
+    if not rows:
+        return None
+    dat = os.path.join(pdir, "data", f"attribution-{d}.dat")
+    with open(dat, "w", encoding="utf-8") as f:
+        f.write("# variant " + " ".join(parts) + "\n")
+        for v, p in rows:
+            f.write(v + " " + " ".join(f"{p.get(k, 0.0):g}" for k in parts) + "\n")
+    png = os.path.join(pdir, f"attribution-{d}.png")
+    cols = ", ".join(f"'{dat}' using {i + 2}{':xtic(1)' if i == 0 else ''} title '{attrib.PART_NAMES[k]}'"
+                     for i, k in enumerate(parts))
+    script = "\n".join([
+        "set terminal pngcairo size 1000,560 noenhanced", f"set output '{png}'",
+        f"set title \"{rep.plan['name']}: where a {d} request's latency goes (mean per request)\"",
+        "set ylabel \"ms\"", "set style data histograms", "set style histogram rowstacked",
+        "set style fill solid 0.8 border -1", "set boxwidth 0.6", "set key outside right", "set grid ytics",
+        "set yrange [0:*]", f"plot {cols}", ""])
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    if r.returncode != 0 and "pngcairo" in r.stderr:
+        r = subprocess.run(["gnuplot"], input=script.replace("pngcairo", "png"), text=True, capture_output=True)
+    if r.returncode != 0:
+        raise ReportError(f"gnuplot failed: {r.stderr.strip()[:400]}")
+    return png
 
 
 def _plot(rep, pdir, job, direction, kind):

@@ -81,7 +81,7 @@ def boot_args(plan, v, run_dir, qemu):
         args += ["--ko", var.ko]
     if var.append:
         args += ["--append", var.append]
-    devs = [a.replace(f"@SCRATCH{i}@", os.path.join(run_dir, f"disk{i}.img"))
+    devs = [a.replace(f"@SCRATCH{i}@", os.path.join(run_dir, f"disk{i}.img")).replace("@RUNDIR@", run_dir)
             for a in var.devices for i in [_scratch_index(a)]]
     return args, devs
 
@@ -101,7 +101,7 @@ def dry_run(plan):
         print(f"{env}scripts/boot.sh " + " ".join(shq(a) for a in args) + " --cmd SCRIPT -- " +
               " ".join(shq(a) for a in devs))
     print(f"== guest script (variant {plan.order[0]})")
-    print(plan.guest_script(plan.order[0]), end="")
+    print(plan.scripts[plan.order[0]], end="")
 
 
 # --- checks of one run -----------------------------------------------------------------
@@ -202,7 +202,7 @@ def run_one(plan, v, rep, out, qemu):
     t0 = time.monotonic()
     with open(os.path.join(run_dir, "output.log"), "w", encoding="utf-8") as logf:
         rc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "boot.sh")] + args +
-                            ["--cmd", plan.guest_script(v), "--"] + devs,
+                            ["--cmd", plan.scripts[v], "--"] + devs,
                             stdout=logf, stderr=subprocess.STDOUT, env=env).returncode
     secs = time.monotonic() - t0
     for f in os.listdir(run_dir):
@@ -290,7 +290,7 @@ def plan_json(plan):
         "name": plan.name, "spec": os.path.basename(plan.spec.path),
         "description": plan.spec.experiment.get("description", ""),
         "scale": plan.eff_scale, "scale_note": plan.scale_note, "reps": plan.reps,
-        "fio_seconds": plan.fio_seconds, "log_avg": plan.log_avg, "vm": "/".join(vms),
+        "fio_seconds": plan.fio_seconds, "log_avg": plan.log_avg, "vm": "/".join(vms), "trace": plan.trace,
         "baseline": plan.baseline,
         "variants": [{"name": v, "summary": x.summary, "device": x.device, "kernel": x.kernel,
                       "ko": x.ko, "want_version": x.want_version, "params": x.params,
@@ -317,7 +317,7 @@ def run(args):
     only = args.variants.split(",") if args.variants else None
     plan = planmod.Plan(spec, reps=args.reps, runtime=args.runtime, only=only,
                         build_module=None if args.dry_run else build_module,
-                        modinfo=None if args.dry_run else modinfo)
+                        modinfo=None if args.dry_run else modinfo, trace=True if args.trace else None)
     if args.dry_run:
         dry_run(plan)
         return EXIT_OK

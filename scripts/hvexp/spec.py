@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 EXPERIMENT_KEYS = frozenset("""
     description kernel modules kdir vcpus mem repetitions time-scale timeout log-avg-msec
     fio vm-perf storvsc patch ko params append tunables perf baseline expect device
-    scsi-debug""".split())
+    scsi-debug trace""".split())
 VARIANT_KEYS = frozenset("""
     description kernel modules kdir vcpus mem patch ko params append tunables perf vm-perf
     published published-ratio expect device scsi-debug""".split())
