@@ -1,0 +1,79 @@
+import threading
+import time
+
+from conftest import spec_text
+from hvexp import plan, runner, spec
+
+
+def make_plan(reps=3):
+    return plan.Plan(spec.parse(spec_text(), "/nowhere/x.exp"), reps=reps)
+
+
+def fake_runs(monkeypatch, fail_at=None, delay=0.01):
+    seen, lock, state = [], threading.Lock(), {"now": 0, "max": 0}
+
+    def run_one(p, v, rep, out, qemu):
+        with lock:
+            seen.append((rep, v))
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(delay)
+        with lock:
+            state["now"] -= 1
+        if (rep, v) == fail_at:
+            return {"status": "failed", "why": "boom", "seconds": 0}, None, "/x"
+        return {"status": "ok", "why": "", "seconds": 0}, [], "/x"
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    monkeypatch.setattr(runner, "failure_text", lambda v, rep, d, why: f"\n[hvstor] error: {v}, repetition {rep}: {why}")
+    monkeypatch.setattr(runner, "hw_queues", lambda d: "?")
+    monkeypatch.setattr(runner, "log", lambda m: None)
+    return seen, state
+
+
+def test_repetition_major_order(monkeypatch):
+    seen, state = fake_runs(monkeypatch)
+    assert runner.execute(make_plan(), "/out", "qemu", 1) is None
+    assert seen == [(1, "stock"), (1, "shared"), (2, "stock"), (2, "shared"), (3, "stock"), (3, "shared")]
+    assert state["max"] == 1
+
+
+def test_jobs_run_at_most_n_at_once(monkeypatch):
+    seen, state = fake_runs(monkeypatch, delay=0.05)
+    assert runner.execute(make_plan(reps=4), "/out", "qemu", 3) is None
+    assert sorted(seen) == sorted((r, v) for r in range(1, 5) for v in ("stock", "shared"))
+    assert 1 < state["max"] <= 3
+
+
+def test_a_failure_stops_further_runs(monkeypatch):
+    seen, _ = fake_runs(monkeypatch, fail_at=(1, "shared"))
+    failure = runner.execute(make_plan(), "/out", "qemu", 1)
+    assert "shared, repetition 1: boom" in failure
+    assert seen == [(1, "stock"), (1, "shared")]
+
+
+def check(tmp_path, var, header, fio=True):
+    r = tmp_path / "res"
+    r.mkdir(exist_ok=True)
+    (r / "header").write_text(header)
+    if fio:
+        (r / "fio.json").write_text("{}")
+    return runner.check_run(var, str(r))
+
+
+def test_checks_of_a_run(tmp_path):
+    p = plan.Plan(spec.parse(spec_text(stock_extra="params = storvsc_max_hw_queues=1",
+                                       shared_extra="device = scsi_debug\nscsi-debug = ndelay=1ms"), "/x/x.exp"))
+    stock, ctl = p.variants["stock"], p.variants["shared"]
+    ok = "module.loaded=yes\nmodule.version=\nparam.storvsc_max_hw_queues=1\n"
+    assert check(tmp_path, stock, ok) is None
+    assert "not loaded" in check(tmp_path, stock, "module.loaded=no\n")
+    assert "out-of-tree hv_storvsc (hvstor-x)" in check(tmp_path, stock, ok.replace("version=", "version=hvstor-x"))
+    assert "parameter storvsc_max_hw_queues is '4'" in check(tmp_path, stock, ok.replace("queues=1", "queues=4"))
+    stock.want_version = "hvstor-mine-1"
+    assert "not the module built for this variant (hvstor-mine-1)" in check(tmp_path, stock, ok)
+    sd = "scsi_debug.loaded=yes\nscsi_debug.ndelay=1000000\nscsi_debug.submit_queues=2\n"
+    assert check(tmp_path, ctl, sd) is None
+    assert "scsi_debug parameter ndelay is '5'" in check(tmp_path, ctl, sd.replace("1000000", "5"))
+    assert "scsi_debug is not loaded" in check(tmp_path, ctl, "scsi_debug.loaded=no\n")
+    assert "no header" in runner.check_run(stock, str(tmp_path / "missing"))
