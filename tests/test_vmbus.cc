@@ -658,6 +658,31 @@ TEST_F(VmbusTest, HeldAnswersAreNotSentToTheNextConnection) {
     EXPECT_FALSE(m) << "an answer of the old connection (message type " << type << ") reached the new one";
 }
 
+// A guest that never sends RELID_RELEASED keeps every rescinded relid: offers stop at
+// kMaxRelid (memory stays bounded) with a log line naming why, and one release lets the next
+// offer reuse that relid.
+TEST_F(VmbusTest, UnreleasedRelidsAreBoundedAndReleaseReusesThem) {
+    connect_and_list();
+    FakeChannel dev;
+    OfferInfo a;
+    a.type = kScsiControllerType;
+    a.handler = &dev;
+    for (uint32_t i = 1; i <= Server::kMaxRelid; i++) {
+        ASSERT_EQ(server.offer(a), i);
+        ASSERT_TRUE(server.rescind(i));
+    }
+    while (g.take(0)) {
+    }
+    EXPECT_EQ(server.offer(a), 0u);
+    EXPECT_TRUE(host.logged("vmbus: no relid left for a new offer: 2047 in use, 2047 of them rescinded and not "
+                            "released by the guest"));
+    RelidReleased rr = msg<RelidReleased>(MsgType::RelidReleased);
+    rr.child_relid = 700;
+    g.post(0, 1, rr);
+    EXPECT_EQ(server.offer(a), 700u);
+    EXPECT_EQ(server.offer(a), 0u);
+}
+
 // A CloseDone that comes after the guest released the relid and the slot went to another
 // offer leaves the new offer alone.
 TEST_F(VmbusTest, LateCloseDoneLeavesAReusedRelidAlone) {

@@ -48,7 +48,16 @@ uint32_t Server::offer(const OfferInfo& offer) {
         // Reuse relids the guest released; otherwise the next one.
         auto slot = std::find(offers_.begin(), offers_.end(), nullptr);
         if (slot == offers_.end()) {
-            if (offers_.size() >= kMaxRelid) return 0;
+            if (offers_.size() >= kMaxRelid) {
+                // Rescinded offers keep their relid until the guest sends RELID_RELEASED, as
+                // on Hyper-V: a guest that never does runs out of them, and only itself.
+                const auto held = std::count_if(offers_.begin(), offers_.end(), [](const auto& o) {
+                    return o && o->rescinded;
+                });
+                log_("no relid left for a new offer: %u in use, %ld of them rescinded and not released by the guest",
+                     kMaxRelid, long(held));
+                return 0;
+            }
             slot = offers_.insert(offers_.end(), nullptr);
         }
         auto ch = std::make_unique<Offer>();
