@@ -14,6 +14,35 @@ boot_guest() {
   bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" "$@" >"$OUT" 2>&1 || BOOT_RC=$?
 }
 
+# boot_with_host_side PROGRAM SOCK CONSOLE [HOST_ARG...] -- BOOT_ARG...
+#   A guest boot and a host-side program that drives it, side by side: runs scripts/boot.sh
+#   --qemu "$QEMU" --log CONSOLE --qmp SOCK BOOT_ARG... in the background (its output in
+#   $OUT) and meanwhile the Python program PROGRAM (usually built on tests/boot/qmp.py) as
+#     python3 -c PROGRAM "$(dirname "$0")" SOCK CONSOLE BOOT_PID [HOST_ARG...]
+#   (the first argument is the test script's directory, tests/boot, where qmp.py is).
+#   If the host side fails, the boot is ended (a client that gave up leaves the guest waiting
+#   for it; QEMU goes with the boot). Then waits for the boot and appends the host side's
+#   output to $OUT, each line prefixed "host: ". Sets HOST_RC and BOOT_RC to their statuses.
+boot_with_host_side() {
+  local program=$1 sock=$2 console=$3 host_args=() host_out boot_pid
+  shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do host_args+=("$1"); shift; done
+  [ $# -gt 0 ] || die "boot_with_host_side: no -- before the boot arguments"
+  shift
+  host_out=$(mktemp)
+  bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --log "$console" --qmp "$sock" "$@" \
+    >"$OUT" 2>&1 &
+  boot_pid=$!
+  python3 -c "$program" "$(dirname "$0")" "$sock" "$console" "$boot_pid" \
+    "${host_args[@]}" >"$host_out" 2>&1
+  HOST_RC=$?
+  [ "$HOST_RC" = 0 ] || kill "$boot_pid" 2>/dev/null
+  BOOT_RC=0
+  wait "$boot_pid" || BOOT_RC=$?
+  sed 's/^/host: /' "$host_out" >>"$OUT"
+  rm -f "$host_out"
+}
+
 check() { # description, then a command that must succeed
   local what=$1; shift
   if "$@"; then echo "  ok: $what"

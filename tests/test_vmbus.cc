@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <type_traits>
 
@@ -99,6 +100,31 @@ protected:
         }
     }
 
+    // Offers a channel with no device behind it, connects, and starts GPADL `id` for it with a
+    // GPADL_HEADER of one range, `range_buflen` bytes of range words, that carries none of
+    // them: they are left to GPADL_BODY messages (post_gpadl_body). Returns post()'s status.
+    uint16_t start_gpadl_without_range_words(uint32_t id, uint16_t range_buflen) {
+        OfferInfo a;
+        a.type = kScsiControllerType;
+        server.offer(a);
+        connect_and_list();
+        GpadlHeader h = msg<GpadlHeader>(MsgType::GpadlHeader);
+        h.child_relid = 1;
+        h.gpadl = id;
+        h.rangecount = 1;
+        h.range_buflen = range_buflen;
+        return g.post(0, 1, h);
+    }
+    // A GPADL_BODY of GPADL `id` carrying `words` (none: the bare body). Returns post()'s status.
+    uint16_t post_gpadl_body(uint32_t id, std::span<const uint64_t> words) {
+        GpadlBody b = msg<GpadlBody>(MsgType::GpadlBody);
+        b.gpadl = id;
+        std::vector<uint8_t> buf(sizeof b + words.size_bytes());
+        std::memcpy(buf.data(), &b, sizeof b);
+        if (!words.empty()) std::memcpy(buf.data() + sizeof b, words.data(), words.size_bytes());
+        return g.post(0, 1, buf.data(), buf.size());
+    }
+
     // Offers one channel backed by `dev`, connects, and shares a 66-page ring GPADL 5.
     void offer_with_ring(FakeChannel& dev) {
         OfferInfo a;
@@ -108,6 +134,13 @@ protected:
         connect_and_list();
         send_gpadl(1, 5, 66);
         g.take(0);
+    }
+    // offer_with_ring, then the guest opens the channel on that ring. Returns OPENCHANNEL's
+    // answer status.
+    uint32_t open_with_ring(FakeChannel& dev) {
+        offer_with_ring(dev);
+        g.post(0, 1, open_request());
+        return g.take_as<OpenResult>(0).status;
     }
     OpenChannel open_request() {
         OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
@@ -285,30 +318,16 @@ TEST_F(VmbusTest, BadGpadlsAreAnsweredWithFailure) {
 }
 
 TEST_F(VmbusTest, GpadlBodyWithoutPfnsBeforeAnyRangeWordIsHarmless) {
-    OfferInfo a;
-    a.type = kScsiControllerType;
-    server.offer(a);
-    connect_and_list();
     // The header announces one range of two pages (three words) and carries none of them.
-    GpadlHeader h = msg<GpadlHeader>(MsgType::GpadlHeader);
-    h.child_relid = 1;
-    h.gpadl = 9;
-    h.rangecount = 1;
-    h.range_buflen = 3 * 8;
-    ASSERT_EQ(g.post(0, 1, h), 0);
+    ASSERT_EQ(start_gpadl_without_range_words(9, 3 * 8), 0);
     EXPECT_FALSE(g.take(0)) << "no answer before the GPADL is complete";
     // A body with no pfns while nothing is stored yet: nothing to copy (and, under UBSan,
     // no memcpy to the null data of an empty vector).
-    GpadlBody b = msg<GpadlBody>(MsgType::GpadlBody);
-    b.gpadl = 9;
-    ASSERT_EQ(g.post(0, 1, b), 0);
+    ASSERT_EQ(post_gpadl_body(9, {}), 0);
     EXPECT_FALSE(g.take(0));
     // The words arrive in the next body and the GPADL is created.
     const uint64_t words[3] = {2 * 4096, 0x1000, 0x1001};
-    std::vector<uint8_t> buf(sizeof b + sizeof words);
-    std::memcpy(buf.data(), &b, sizeof b);
-    std::memcpy(buf.data() + sizeof b, words, sizeof words);
-    ASSERT_EQ(g.post(0, 1, buf.data(), buf.size()), 0);
+    ASSERT_EQ(post_gpadl_body(9, words), 0);
     auto c = g.take_as<GpadlCreated>(0);
     EXPECT_EQ(c.gpadl, 9u);
     EXPECT_EQ(c.creation_status, kStatusSuccess);
@@ -466,9 +485,7 @@ public:
 // still running: the open must be refused, or two workers would serve one channel.
 TEST_F(VmbusTest, OpenIsRefusedWhileTheCloseIsInProgress) {
     SlowCloseChannel dev;
-    offer_with_ring(dev);
-    g.post(0, 1, open_request());
-    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
 
     CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
     c.child_relid = 1;
@@ -490,9 +507,7 @@ TEST_F(VmbusTest, OpenIsRefusedWhileTheCloseIsInProgress) {
 // asked is never blocked meanwhile. A GPADL teardown of a ring still open is held too.
 TEST_F(VmbusTest, RingGpadlTorndownWaitsForTheDevicesClose) {
     SlowCloseChannel dev;
-    offer_with_ring(dev);
-    g.post(0, 1, open_request());
-    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
     GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
     t.gpadl = 5;
     g.post(0, 1, t);
@@ -518,9 +533,7 @@ TEST_F(VmbusTest, RingGpadlTorndownWaitsForTheDevicesClose) {
 // UNLOAD_RESPONSE arrives, so that waits for the devices too.
 TEST_F(VmbusTest, UnloadResponseWaitsForEveryClose) {
     SlowCloseChannel dev;
-    offer_with_ring(dev);
-    g.post(0, 1, open_request());
-    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
     g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
     ASSERT_TRUE(dev.pending);
     EXPECT_FALSE(g.take(0)) << "UNLOAD_RESPONSE before the device stopped";
@@ -551,23 +564,9 @@ TEST_F(VmbusTest, OpenOfARelidNotOfferedOnThisConnectionIsRefused) {
 // messages (Linux never does; any guest may). Found by the vmbus_messages fuzzer: the
 // server copied zero words to the null data() of an empty vector (UBSan aborts on that).
 TEST_F(VmbusTest, GpadlHeaderWithEveryRangeWordInBodies) {
-    OfferInfo a;
-    a.type = kScsiControllerType;
-    server.offer(a);
-    connect_and_list();
-    GpadlHeader h = msg<GpadlHeader>(MsgType::GpadlHeader);
-    h.child_relid = 1;
-    h.gpadl = 9;
-    h.rangecount = 1;
-    h.range_buflen = 16; // {byte_count, byte_offset} and one pfn
-    g.post(0, 1, h);
-    std::vector<uint8_t> buf(sizeof(GpadlBody) + 16);
-    GpadlBody b = msg<GpadlBody>(MsgType::GpadlBody);
-    b.gpadl = 9;
+    start_gpadl_without_range_words(9, 16); // {byte_count, byte_offset} and one pfn
     const uint64_t words[2] = {4096, 0x1000};
-    std::memcpy(buf.data(), &b, sizeof b);
-    std::memcpy(buf.data() + sizeof b, words, sizeof words);
-    g.post(0, 1, buf.data(), buf.size());
+    post_gpadl_body(9, words);
     auto c = g.take_as<GpadlCreated>(0);
     EXPECT_EQ(c.gpadl, 9u);
     EXPECT_EQ(c.creation_status, kStatusSuccess);
@@ -577,9 +576,7 @@ TEST_F(VmbusTest, GpadlHeaderWithEveryRangeWordInBodies) {
 // GPADL and the open, each with the values the guest sent; and the bus statistics count them.
 TEST_F(VmbusTest, HandshakeIsTracedAndCounted) {
     FakeChannel dev;
-    offer_with_ring(dev);
-    g.post(0, 1, open_request());
-    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
     EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_connect),
               (std::vector<std::vector<uint64_t>>{{version::kV5_3, 0, 2}}));
     EXPECT_EQ(host.traced(HVSTOR_TRACE_vmbus_offer), (std::vector<std::vector<uint64_t>>{{1, 0}}));
@@ -612,9 +609,7 @@ TEST_F(VmbusTest, HandshakeIsTracedAndCounted) {
 // id until its answer is sent, and the answer is sent once.
 TEST_F(VmbusTest, HeldTorndownIsBoundedAndAnsweredOnce) {
     FakeChannel dev;
-    offer_with_ring(dev);
-    g.post(0, 1, open_request());
-    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
     GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
     t.gpadl = 5;
     for (int i = 0; i < 3000; i++) {
@@ -639,9 +634,7 @@ TEST_F(VmbusTest, HeldTorndownIsBoundedAndAnsweredOnce) {
 // to the next one when the close finishes after the guest reconnected (kexec).
 TEST_F(VmbusTest, HeldAnswersAreNotSentToTheNextConnection) {
     SlowCloseChannel dev;
-    offer_with_ring(dev);
-    g.post(0, 1, open_request());
-    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
     CloseChannel c = msg<CloseChannel>(MsgType::CloseChannel);
     c.child_relid = 1;
     g.post(0, 1, c);
@@ -687,9 +680,7 @@ TEST_F(VmbusTest, UnreleasedRelidsAreBoundedAndReleaseReusesThem) {
 // offer leaves the new offer alone.
 TEST_F(VmbusTest, LateCloseDoneLeavesAReusedRelidAlone) {
     SlowCloseChannel dev;
-    offer_with_ring(dev);
-    g.post(0, 1, open_request());
-    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
     ASSERT_TRUE(server.rescind(1));
     ASSERT_TRUE(dev.pending);
     g.take(0); // RESCINDCHANNELOFFER

@@ -161,7 +161,7 @@ bool Queue::can_accept(vmbus::ChannelRuntime& ch) {
     if (free_.empty()) {
         if (!pool_exhausted_) { // counted once per episode, not per look at the ring
             pool_exhausted_ = true;
-            busy_++;
+            busy_.inc();
             trace<HVSTOR_TRACE_storvsp_srb_busy>(ctl_.host_, ch.relid(), outstanding_);
         }
         return false;
@@ -203,7 +203,7 @@ void Queue::on_packet(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& 
         avail < kVstorPacketMin) {
         // Not a storage request at all. Answer what can be answered, so a guest waiting
         // on this transaction id is not left hanging.
-        bad_packets_++;
+        bad_packets_.inc();
         log_("packet type %u with %u payload bytes: not a storage request (want type 6 or 9, at least %u bytes)",
              unsigned(d.type), avail, unsigned(kVstorPacketMin));
         p.operation = static_cast<uint32_t>(Operation::CompleteIo);
@@ -284,7 +284,7 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         break;
     }
     if (status != kStatusSuccess) {
-        bad_packets_++;
+        bad_packets_.inc();
         if (why)
             log_("%s operation %u: %s", primary ? "primary" : "subchannel", unsigned(p.operation), why);
     }
@@ -390,7 +390,7 @@ void Queue::unmap(IoContext& ctx) {
 
 void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                               const VstorPacket& p, uint32_t len) {
-    srbs_++;
+    srbs_.inc();
     trace<HVSTOR_TRACE_storvsp_srb_submit>(ctl_.host_, ch.relid(), d.trans_id, p.srb.lun, p.srb.cdb_or_sense[0],
                                            p.srb.data_transfer_length);
     if (!ctl_.ready_) {
@@ -398,7 +398,7 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
         VstorPacket r = p;
         r.operation = static_cast<uint32_t>(Operation::CompleteIo);
         r.status = kStatusInvalidDeviceState;
-        bad_packets_++;
+        bad_packets_.inc();
         log_("SRB before the handshake finished (END_INITIALIZATION)");
         reply(ch, d.trans_id, r, len);
         return;
@@ -518,8 +518,8 @@ bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
         }
     }
     if (!reply(ch, ctx.trans_id, r, ctx.req_len)) return false;
-    completions_++;
-    if (srb.srb_status != kSrbSuccess) srb_errors_++;
+    completions_.inc();
+    if (srb.srb_status != kSrbSuccess) srb_errors_.inc();
     trace<HVSTOR_TRACE_storvsp_srb_complete>(ctl_.host_, ch.relid(), ctx.trans_id, srb.srb_status, srb.scsi_status,
                                              srb.data_transfer_length);
     return true;
@@ -552,19 +552,19 @@ ChannelStatsSnapshot Queue::stats() const {
     s.index = index_;
     s.relid = relid();
     s.open = is_open();
-    s.packets_in = ring_stats_.packets_in.load();
-    s.packets_out = ring_stats_.packets_out.load();
-    s.guest_signals = ring_stats_.guest_signals.load();
-    s.interrupts = ring_stats_.host_signals.load();
-    s.wakeups = ring_stats_.wakeups.load();
-    s.ring_full_waits = ring_stats_.ring_full_waits.load();
-    s.srbs = srbs_.load();
-    s.completions = completions_.load();
-    s.srb_errors = srb_errors_.load();
-    s.bad_packets = bad_packets_.load();
-    s.busy = busy_.load();
-    s.outstanding = outstanding_seen_.load();
-    s.max_outstanding = max_outstanding_.load();
+    s.packets_in = ring_stats_.packets_in.load(std::memory_order_relaxed);
+    s.packets_out = ring_stats_.packets_out.load(std::memory_order_relaxed);
+    s.guest_signals = ring_stats_.guest_signals.load(std::memory_order_relaxed);
+    s.interrupts = ring_stats_.host_signals.load(std::memory_order_relaxed);
+    s.wakeups = ring_stats_.wakeups.load(std::memory_order_relaxed);
+    s.ring_full_waits = ring_stats_.ring_full_waits.load(std::memory_order_relaxed);
+    s.srbs = srbs_.read();
+    s.completions = completions_.read();
+    s.srb_errors = srb_errors_.read();
+    s.bad_packets = bad_packets_.read();
+    s.busy = busy_.read();
+    s.outstanding = outstanding_seen_.load(std::memory_order_relaxed);
+    s.max_outstanding = max_outstanding_.load(std::memory_order_relaxed);
     return s;
 }
 

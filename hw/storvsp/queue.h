@@ -3,6 +3,7 @@
 // bus-facing ChannelHandler and the worker-facing PacketHandler. Private to hw/storvsp.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,19 @@
 #include "hvstor/vmbus/channel.h"
 
 namespace hvstor::storvsp {
+
+// A statistics counter that one thread at a time increments (a queue's worker; the next
+// worker starts only after the previous one was joined) while any thread may read it for a
+// snapshot. With a single writer an increment needs no atomic read-modify-write: a relaxed
+// load and store, so the hot path takes no locked instruction.
+class WorkerCounter {
+public:
+    void inc() { n_.store(n_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+    uint64_t read() const { return n_.load(std::memory_order_relaxed); }
+
+private:
+    std::atomic<uint64_t> n_{0};
+};
 
 // One request in flight: the SCSI command, the guest's pages, and what is needed to
 // answer it. Pooled per channel: nothing is allocated per I/O.
@@ -105,8 +119,8 @@ private:
 
     // Counted by the worker, read by stats() from any thread.
     vmbus::ChannelStats ring_stats_;
-    std::atomic<uint64_t> srbs_{0}, completions_{0}, srb_errors_{0}, bad_packets_{0}, busy_{0};
-    std::atomic<uint32_t> outstanding_seen_{0}, max_outstanding_{0};
+    WorkerCounter srbs_, completions_, srb_errors_, bad_packets_, busy_;
+    std::atomic<uint32_t> outstanding_seen_{0}, max_outstanding_{0}; // worker stores, relaxed
 
     // Worker thread only (its prefix is set in on_open, before the worker starts).
     GuestErrorLog log_;

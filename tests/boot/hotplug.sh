@@ -80,18 +80,10 @@ except QmpError as e:
     sys.exit(1)
 PY
 
-bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --kernel debian-6.12 --vcpus 2 --timeout 300 \
-  --wait-disks 1 --log "$CONSOLE" --qmp "$SOCK" --cmd "$GUEST_CMD" \
+boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
+  --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
-     -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=32M >"$OUT" 2>&1 &
-BOOT_PID=$!
-python3 -c "$HOST_SIDE" "$(dirname "$0")" "$SOCK" "$CONSOLE" "$BOOT_PID" >"$WORK/host.out" 2>&1
-HOST_RC=$?
-# A client that gave up leaves the guest waiting for it: end the boot (QEMU goes with it).
-[ "$HOST_RC" = 0 ] || kill "$BOOT_PID" 2>/dev/null
-BOOT_RC=0
-wait "$BOOT_PID" || BOOT_RC=$?
-sed 's/^/host: /' "$WORK/host.out" >>"$OUT"
+     -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=32M
 
 check "guest command finished" [ "$BOOT_RC" = 0 ]
 check "the QMP client got through every step" [ "$HOST_RC" = 0 ]

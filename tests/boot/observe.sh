@@ -55,18 +55,11 @@ except QmpError as e:
     sys.exit(1)
 PY
 
-bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --kernel debian-6.12 --vcpus 4 --timeout 600 \
-  --wait-disks 1 --log "$CONSOLE" --qmp "$SOCK" --cmd "$GUEST_CMD" \
+boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
+  --kernel debian-6.12 --vcpus 4 --timeout 600 --wait-disks 1 --cmd "$GUEST_CMD" \
   -- -trace 'hvstor_*' -D "$TRACE" \
      -device hv-storvsc,id=scsi0 \
-     -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M >"$OUT" 2>&1 &
-BOOT_PID=$!
-python3 -c "$HOST_SIDE" "$(dirname "$0")" "$SOCK" "$CONSOLE" "$BOOT_PID" >"$WORK/host.out" 2>&1
-HOST_RC=$?
-[ "$HOST_RC" = 0 ] || kill "$BOOT_PID" 2>/dev/null
-BOOT_RC=0
-wait "$BOOT_PID" || BOOT_RC=$?
-sed 's/^/host: /' "$WORK/host.out" >>"$OUT"
+     -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M
 
 # trace_has EVENT [REGEX]: the trace log has the event, its text matching REGEX.
 trace_has() { grep -q -E "hvstor_$1 .*${2:-}" "$TRACE"; }

@@ -65,17 +65,10 @@ except QmpError as e:
 PY
 
 FAULT="stall=hold,ops=write,lba=$PAUSE_LBA-$((PAUSE_LBA + 7))"
-bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --kernel debian-6.12 --vcpus 2 --timeout 900 \
-  --wait-disks 1 --log "$CONSOLE" --qmp "$SOCK" --cmd "$GUEST_CMD" \
+boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$FAULT" -- \
+  --kernel debian-6.12 --vcpus 2 --timeout 900 --wait-disks 1 --cmd "$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
-     -device "hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M,fault=${FAULT//,/,,}" >"$OUT" 2>&1 &
-BOOT_PID=$!
-python3 -c "$HOST_SIDE" "$(dirname "$0")" "$SOCK" "$CONSOLE" "$BOOT_PID" "$FAULT" >"$WORK/host.out" 2>&1
-HOST_RC=$?
-[ "$HOST_RC" = 0 ] || kill "$BOOT_PID" 2>/dev/null
-BOOT_RC=0
-wait "$BOOT_PID" || BOOT_RC=$?
-sed 's/^/host: /' "$WORK/host.out" >>"$OUT"
+     -device "hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M,fault=${FAULT//,/,,}"
 
 check "guest command finished" [ "$BOOT_RC" = 0 ]
 check "the QMP client got through every step" [ "$HOST_RC" = 0 ]

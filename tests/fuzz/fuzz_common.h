@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <span>
+#include <thread>
 
 namespace hvstor::fuzz {
 
@@ -85,6 +87,35 @@ struct Rng {
         s ^= s << 17;
         return s;
     }
+};
+
+// A thread that flips bits in shared guest memory while the host reads it, as a racing guest
+// would, until it is destroyed. pick(r) maps a random word to the byte to flip; bits 40-42 of
+// r choose the bit (pick uses the others) and about one step in 64 yields the CPU.
+class Flipper {
+public:
+    using Pick = std::function<uint8_t*(uint64_t r)>;
+    Flipper(Pick pick, uint64_t seed) : pick_(std::move(pick)), rng_{seed | 1} {
+        t_ = std::thread([this] { run(); });
+    }
+    ~Flipper() {
+        stop_ = true;
+        t_.join();
+    }
+
+private:
+    void run() {
+        while (!stop_) {
+            const uint64_t r = rng_.next();
+            std::atomic_ref<uint8_t>(*pick_(r)).fetch_xor(uint8_t(1u << ((r >> 40) % 8)),
+                                                          std::memory_order_relaxed);
+            if ((r >> 50) % 64 == 0) std::this_thread::yield();
+        }
+    }
+    Pick pick_;
+    Rng rng_;
+    std::atomic<bool> stop_{false};
+    std::thread t_;
 };
 
 } // namespace hvstor::fuzz

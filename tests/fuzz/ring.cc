@@ -78,34 +78,16 @@ struct GuestView {
 
 // Flips bytes of the guest-to-host ring while the host reads it: mostly the descriptor at the
 // guest's read index (where a second fetch would hurt), otherwise anywhere in the ring.
-class Flipper {
-public:
-    Flipper(GuestView& v, uint64_t seed) : v_(v), rng_{seed | 1} { t_ = std::thread([this] { run(); }); }
-    ~Flipper() {
-        stop_ = true;
-        t_.join();
-    }
-
-private:
-    void run() {
-        while (!stop_) {
-            const uint64_t r = rng_.next();
-            uint8_t* p;
-            if (r & 1) {
-                const uint32_t read = v_.host.load32(v_.hdr(4));
-                p = v_.at(read + uint32_t(r >> 8) % 16);
-            } else {
-                const size_t page = (r >> 8) % v_.pfns.size();
-                p = v_.host.ram(v_.pfns[page] * kPageSize + (r >> 16) % kPageSize);
-            }
-            std::atomic_ref<uint8_t>(*p).fetch_xor(uint8_t(1u << ((r >> 40) % 8)), std::memory_order_relaxed);
+Flipper::Pick flip_in(const GuestView& v) {
+    return [&v](uint64_t r) {
+        if (r & 1) {
+            const uint32_t read = v.host.load32(v.hdr(4));
+            return v.at(read + uint32_t(r >> 8) % 16);
         }
-    }
-    GuestView& v_;
-    Rng rng_;
-    std::atomic<bool> stop_{false};
-    std::thread t_;
-};
+        const size_t page = (r >> 8) % v.pfns.size();
+        return v.host.ram(v.pfns[page] * kPageSize + (r >> 16) % kPageSize);
+    };
+}
 
 // What peek() returned must be what it checked, whatever the guest did meanwhile.
 void check_peeked(const PacketDescriptor& d, const std::vector<uint8_t>& out) {
@@ -161,7 +143,7 @@ void run(Reader& in) {
         uint32_t wpos = (w0 < outr.data_size() && w0 % 8 == 0) ? w0 : 0, published = wpos;
 
         std::unique_ptr<Flipper> flipper;
-        if (flip) flipper = std::make_unique<Flipper>(gin, in.u64());
+        if (flip) flipper = std::make_unique<Flipper>(flip_in(gin), in.u64());
 
         PacketDescriptor d{};
         std::vector<uint8_t> pkt;

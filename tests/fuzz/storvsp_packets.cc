@@ -50,36 +50,20 @@ enum Rec : uint8_t {
 
 const uint16_t kVersions[] = {kVersionWin10, kVersionWin8_1, kVersionWin8, kVersionWin10};
 
-class Flipper {
-public:
-    Flipper(FuzzHost& host, uint64_t seed) : host_(host), rng_{seed | 1} { t_ = std::thread([this] { run(); }); }
-    ~Flipper() {
-        stop_ = true;
-        t_.join();
-    }
-
-private:
-    void run() {
-        while (!stop_) {
-            const uint64_t r = rng_.next();
-            uint64_t gpa;
-            if (r & 1) {
-                // A guest-to-host ring's data pages: packets being read.
-                const uint64_t ch = (r >> 1) % kMaxChannels;
-                gpa = kRingBase + ch * kRingSlot + kPageSize + (r >> 8) % ((kRingPages - 1) * kPageSize);
-            } else {
-                gpa = kData + (r >> 8) % kDataSize;
-            }
-            std::atomic_ref<uint8_t>(*host_.ram(gpa)).fetch_xor(uint8_t(1u << ((r >> 40) % 8)),
-                                                                std::memory_order_relaxed);
-            if ((r >> 50) % 64 == 0) std::this_thread::yield();
+// Flips bytes that the host reads: a guest-to-host ring's data pages (packets being read) or
+// the data buffers.
+Flipper::Pick flip_shared(FuzzHost& host) {
+    return [&host](uint64_t r) {
+        uint64_t gpa;
+        if (r & 1) {
+            const uint64_t ch = (r >> 1) % kMaxChannels;
+            gpa = kRingBase + ch * kRingSlot + kPageSize + (r >> 8) % ((kRingPages - 1) * kPageSize);
+        } else {
+            gpa = kData + (r >> 8) % kDataSize;
         }
-    }
-    FuzzHost& host_;
-    Rng rng_;
-    std::atomic<bool> stop_{false};
-    std::thread t_;
-};
+        return host.ram(gpa);
+    };
+}
 
 struct Expect {
     bool srb = false;
@@ -134,7 +118,7 @@ public:
     }
 
     void start_flipping(uint64_t seed) {
-        if (flip_) flipper_ = std::make_unique<Flipper>(host_, seed);
+        if (flip_) flipper_ = std::make_unique<Flipper>(flip_shared(host_), seed);
     }
 
     void record(const Record& r) {
