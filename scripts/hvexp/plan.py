@@ -11,7 +11,7 @@ from . import fiojob
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GUEST_TEMPLATE = os.path.join(ROOT, "guest-scripts", "experiment.sh.in")
-DEVICES = ("hv-storvsc", "scsi_debug")
+DEVICES = ("hv-storvsc", "scsi_debug", "virtio-scsi")
 # scsi_debug parameters a control variant may set (modinfo scsi_debug).
 SCSI_DEBUG_PARAMS = frozenset("""
     ndelay delay submit_queues host_max_queue max_queue virtual_gb dev_size_mb fake_rw
@@ -87,6 +87,7 @@ class Variant:
     published_ratio: str = ""
     wait_disks: int = 0
     env: dict = field(default_factory=dict)
+    host_load: int = 0          # busy processes at nice 19 on the host while the guest runs
 
 
 class PlanError(Exception):
@@ -266,6 +267,11 @@ class Plan:
                 raise self.spec.error(0, f"variant {v} runs on hv-storvsc but the spec has no [disk] section")
             devices = self._hv_devices(v) + (HOST_TRACE if self.trace else [])
             wait = len(self.spec.disks)
+        elif device == "virtio-scsi":
+            devices, what = self._virtio_devices(v)
+            append.append("hvstor.modules=virtio_pci,virtio_scsi")
+            wait = len(self.spec.disks)
+            summary += f", comparison: {what}"
         else:
             scsi_debug = self._scsi_debug(v, vcpus, params)
             append.append("hvstor.modules=scsi_debug")
@@ -277,10 +283,49 @@ class Plan:
             append.append(extra)
         timeout = self._val(v, "timeout")
         timeout = int(timeout) if timeout and timeout.isdigit() else 150 + 2 * self.fio_seconds
-        return Variant(v, device, kernel, modules, kdir, vcpus, mem, patch, ko, want_version, want_src,
+        load = self._val(v, "host-load", "0")
+        if not load.isdigit() or int(load) > 64:
+            raise self._err(v, "host-load", f"host-load is a number of busy host processes (0-64), got '{load}'")
+        if int(load):
+            summary += f", {load} busy host process(es)"
+        var = Variant(v, device, kernel, modules, kdir, vcpus, mem, patch, ko, want_version, want_src,
                        params, " ".join(append), tunables, devices, scsi_debug, summary, timeout,
                        self.spec.variants[v].get("published", ""), self.spec.variants[v].get("published-ratio", ""),
-                       wait, env)
+                       wait, env, int(load))
+        return var
+
+    def _virtio_devices(self, v):
+        """virtio-scsi for comparison: each [disk] a null-aio block node, with the fixed
+        latency of the perf string when there is one; `virtio-scsi = iothread=on` gives the
+        controller an IOThread."""
+        opts = {}
+        for item in self._val(v, "virtio-scsi", "").split():
+            k, eq, x = item.partition("=")
+            if k != "iothread" or x not in ("on", "off"):
+                raise self._err(v, "virtio-scsi", f"virtio-scsi takes iothread=on|off, got '{item}'")
+            opts[k] = x
+        out, what = [], "virtio-scsi"
+        ctl = "virtio-scsi-pci,id=vscsi0"
+        if opts.get("iothread") == "on":
+            out += ["-object", "iothread,id=vio0"]
+            ctl += ",iothread=vio0"
+            what += " with an IOThread"
+        out += ["-device", ctl]
+        for i, disk in enumerate(self.spec.disks):
+            size = size_bytes(disk.get("size", "") or "")
+            if not size:
+                raise self.spec.error(disk.line, f"variant {v}: virtio-scsi needs the [disk] size (as 64G)")
+            node = f"driver=null-aio,node-name=vd{i},size={size}"
+            perf = self._perf_of(v, disk)
+            if perf:
+                ns = fixed_latency_ns(perf)
+                if ns is None:
+                    raise self._err(v, "perf", f"virtio-scsi variants take a fixed latency only (latency=2ms), not '{perf}'")
+                self.perf_used = True
+                node += f",latency-ns={int(round(ns * self.scale))}"
+                what += f", {int(round(ns))} ns latency"
+            out += ["-blockdev", node, "-device", f"scsi-hd,bus=vscsi0.0,drive=vd{i},lun={i}"]
+        return out, what
 
     def _perf_of(self, v, disk):
         """The perf string for a disk: the variant's, else the experiment's, else the disk's."""
@@ -378,7 +423,7 @@ class Plan:
         while lines and lines[0].startswith("#"):      # the template's own header
             lines.pop(0)
         text = "".join(lines)
-        ndisks = len(self.spec.disks) if var.device == "hv-storvsc" else 1
+        ndisks = 1 if var.device == "scsi_debug" else len(self.spec.disks)
         fields = {"DEVICE": var.device, "NDISKS": str(ndisks), "TUNABLES": var.tunables,
                   "TRACE_KB": str(self.trace_kb), "JOB": self.job.rstrip("\n")}
         for k, x in fields.items():

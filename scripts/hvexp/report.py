@@ -66,6 +66,8 @@ def guest_facts(h):
     shared = "yes" if "TAG_HCTX_SHARED" in g(f"disk.{disk}.hctx_flags") else "no"
     facts = (f"{g(f'disk.{disk}.hw_queues')} hw queues, can_queue {can}, queue_depth {g(f'disk.{disk}.queue_depth')}, "
              f"nr_requests {g(f'disk.{disk}.nr_requests')}, scheduler {sched.group(1) if sched else 'none'}, shared tags {shared}")
+    if h.get("device") == "virtio-scsi":
+        return f"virtio-scsi, {facts}, kernel {g('kernel')}"
     if h.get("device") == "scsi_debug":
         sd_p = " ".join(f"{k}={h.get('scsi_debug.' + k, '?')}" for k in ("submit_queues", "host_max_queue", "ndelay"))
         return f"scsi_debug ({sd_p}), {facts}, kernel {g('kernel')}"
@@ -109,6 +111,7 @@ class Report:
                         self.figures.add_run(v, load_run_dir(os.path.join(d, "runs", v, f"rep{rep}")))
                     except ResultError as e:
                         st["status"], st["why"] = "failed", str(e)
+        self.w = max([14] + [len(v) for v in self.variants])       # the variant column
         self.facts = {}
         for v in self.variants:
             hs = sorted(glob.glob(os.path.join(d, "runs", v, "rep*", "results", "header")))
@@ -156,7 +159,7 @@ class Report:
         for d in dirs:
             jobs = [j for j, dd in self.figures.keys if dd == d]
             L += ["", f"{d} (fio jobs: {', '.join(jobs)})",
-                  f"  {'variant':<14} {'requests':>8} {'tag':>8} {'sched':>8} {'scsi':>8} {'host':>8} {'transprt':>8} "
+                  f"  {'variant':<{self.w}} {'requests':>8} {'tag':>8} {'sched':>8} {'scsi':>8} {'host':>8} {'transprt':>8} "
                   f"{'device':>8} {'complete':>8} {'wake':>8} {'traced':>8} {'fio clat':>8} {'fio':>8}"]
             for v in self.variants:
                 p = self.attribution.get(v, {}).get(d)
@@ -165,11 +168,33 @@ class Report:
                 traced = sum(p.get(k, 0.0) for k in attrib.PARTS + ("device",))
                 clat = self.fio_clat(v, d)
                 cells = [p.get(k) for k in ("tag", "sched", "scsi", "host", "transport", "device", "complete", "wake")]
-                L.append(f"  {v:<14} {p['n']:>8} " + " ".join(f"{_f(c, 3):>8}" for c in cells) +
+                L.append(f"  {v:<{self.w}} {p['n']:>8} " + " ".join(f"{_f(c, 3):>8}" for c in cells) +
                          f" {_f(traced, 3):>8} {_f(clat, 3):>8} {_f(None if clat is None else clat - traced, 3):>8}")
         bad = [(v, a["partial"], a["lost"]) for v, a in self.attribution.items() if a["partial"] or a["lost"]]
         if bad:
             L.append("  left out: " + "; ".join(f"{v}: {p} requests seen in part, {l} events lost" for v, p, l in bad))
+        return L
+
+    def medians_text(self):
+        """Medians over repetitions and their ratios to the baseline's (what expectations
+        and benchmarks compare: robust to one slow run)."""
+        fig = self.figures
+        if max((len(fig.get(v, j, d, "iops")) for v in self.variants for j, d in fig.keys), default=0) < 2:
+            return []
+        L = ["", f"Medians over repetitions (x = ratio to {self.baseline}'s median):"]
+        for job, d in fig.keys:
+            L.append(f"  {job} ({d})")
+            base = {m: median(fig.get(self.baseline, job, d, m)) for m in ("iops", "lat", "p50", "p99")}
+            for v in self.variants:
+                cells = []
+                for m, unit in (("iops", "IOPS"), ("lat", "ms clat"), ("p50", "ms p50"), ("p99", "ms p99")):
+                    vals = fig.get(v, job, d, m)
+                    if not vals:
+                        continue
+                    x = median(vals)
+                    r = f" x{x / base[m]:.2f}" if base[m] and base[m] == base[m] and v != self.baseline else ""
+                    cells.append(f"{_f(x, 1 if m == 'iops' else 3)} {unit}{r}")
+                L.append(f"    {v:<{self.w}} " + ", ".join(cells))
         return L
 
     def fio_clat(self, v, d):
@@ -226,12 +251,12 @@ class Report:
              f"{p['vm']}; {p['reps']} repetition(s) of about {p['fio_seconds']} s of fio; {p['scale_note']}",
              "variants:"]
         for v in self.variants:
-            L.append(f"  {v:<14} {self.vinfo[v]['summary']}{'  (baseline)' if v == self.baseline else ''}")
+            L.append(f"  {v:<{self.w}} {self.vinfo[v]['summary']}{'  (baseline)' if v == self.baseline else ''}")
         if self.facts:
             L.append("in the guest:")
             for v in self.variants:
                 if v in self.facts:
-                    L.append(f"  {v:<14} {self.facts[v]}")
+                    L.append(f"  {v:<{self.w}} {self.facts[v]}")
         L.append(f"Mean over repetitions and its sample standard deviation; x = ratio to {self.baseline}'s mean.")
         L.append("clat = mean completion latency, p99 = its 99th percentile (median over repetitions); "
                  "MB/s = 10^6 bytes per second.")
@@ -239,14 +264,14 @@ class Report:
         for job, d in fig.keys:
             L.append("")
             L.append(f"{job} ({d})")
-            L.append(f"  {'variant':<14} {'runs':>4} {'IOPS':>10} {'sd':>9} {'MB/s':>10} {'sd':>9} {'clat ms':>9} "
+            L.append(f"  {'variant':<{self.w}} {'runs':>4} {'IOPS':>10} {'sd':>9} {'MB/s':>10} {'sd':>9} {'clat ms':>9} "
                      f"{'sd':>9} {'p99 ms':>9} {'IOPS x':>7} {'clat x':>7}   published")
             bi = mean(fig.get(self.baseline, job, d, "iops"))
             bl = mean(fig.get(self.baseline, job, d, "lat"))
             for v in self.variants:
                 io, bw, lat = (fig.get(v, job, d, m) for m in ("iops", "bw", "lat"))
                 if not io:
-                    L.append(f"  {v:<14} {0:>4}   (no data)")
+                    L.append(f"  {v:<{self.w}} {0:>4}   (no data)")
                     continue
                 mi, mb, ml = mean(io), mean(bw), mean(lat)
                 pub = []
@@ -256,7 +281,7 @@ class Report:
                         pub.append(pa[(job, d, met)] + unit)
                     if (job, d, met) in pr:
                         pub.append(f"{name} x{pr[(job, d, met)]}")
-                L.append(f"  {v:<14} {len(io):>4} {_f(mi, 1):>10} {_f(sd(io), 1):>9} {_f(mb, 2):>10} {_f(sd(bw), 2):>9} "
+                L.append(f"  {v:<{self.w}} {len(io):>4} {_f(mi, 1):>10} {_f(sd(io), 1):>9} {_f(mb, 2):>10} {_f(sd(bw), 2):>9} "
                          f"{_f(ml, 3):>9} {_f(sd(lat), 3):>9} {_f(median(fig.get(v, job, d, 'p99')), 3):>9} "
                          f"{_f(mi / bi, 2) if bi > 0 else '-':>7} {_f(ml / bl, 2) if bl > 0 else '-':>7}   {', '.join(pub)}".rstrip())
         pubs = []
@@ -270,6 +295,7 @@ class Report:
                 pubs.append(f"  {job} ({d}) {name}, {v} / {self.baseline}: published x{val}, measured {meas}")
         if pubs:
             L += ["", f"Published against measured (ratio to {self.baseline}):"] + pubs
+        L += self.medians_text()
         L += self.attribution_text()
         if self.outcomes:
             L += ["", "Expectations (medians over repetitions):"] + ["  " + o.line() for o in self.outcomes]

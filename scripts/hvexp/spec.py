@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 EXPERIMENT_KEYS = frozenset("""
     description kernel modules kdir vcpus mem repetitions time-scale timeout log-avg-msec
     fio vm-perf storvsc patch ko params append tunables perf baseline expect device
-    scsi-debug trace""".split())
+    scsi-debug trace virtio-scsi host-load""".split())
 VARIANT_KEYS = frozenset("""
     description kernel modules kdir vcpus mem patch ko params append tunables perf vm-perf
-    published published-ratio expect device scsi-debug""".split())
+    published published-ratio expect device scsi-debug virtio-scsi host-load""".split())
 REPEATABLE = frozenset(["expect"])
 
 _SECTION = re.compile(r"^\[([a-z]+)(?:\s+([A-Za-z0-9_.-]+))?\]$")
