@@ -110,3 +110,21 @@ def test_guest_script_is_filled():
     assert "@@" not in g
     assert "hvstor-blk-tune $d nr_requests=56" in g
     assert "write_iops_log" in g and "NDISKS=1" in g
+
+
+def test_virtio_scsi_comparison_and_host_load():
+    p = make(spec_text(exp_extra="perf = latency=2ms\ntime-scale = 2",
+                       stock_extra="device = virtio-scsi\nvirtio-scsi = iothread=on\nhost-load = 1"))
+    var = p.variants["stock"]
+    assert var.devices == ["-object", "iothread,id=vio0", "-device", "virtio-scsi-pci,id=vscsi0,iothread=vio0",
+                           "-blockdev", "driver=null-aio,node-name=vd0,size=4294967296,latency-ns=4000000",
+                           "-device", "scsi-hd,bus=vscsi0.0,drive=vd0,lun=0"]
+    assert var.host_load == 1 and var.wait_disks == 1
+    assert "hvstor.modules=virtio_pci,virtio_scsi" in var.append
+    assert "DEVICE=virtio-scsi" in p.scripts["stock"]
+    with pytest.raises(spec.SpecError, match="fixed latency only"):
+        make(spec_text(stock_extra="device = virtio-scsi\nperf = profile=premium-p30"))
+    with pytest.raises(spec.SpecError, match="iothread=on|off"):
+        make(spec_text(stock_extra="device = virtio-scsi\nvirtio-scsi = queues=4"))
+    with pytest.raises(spec.SpecError, match="busy host processes"):
+        make(spec_text(stock_extra="host-load = lots"))
