@@ -38,7 +38,7 @@ def main(argv=None):
     except (spec.SpecError, plan.PlanError, fiojob.JobError, expect.ExpectError, report.ReportError) as e:
         print(f"[hvstor] error: {e}", file=sys.stderr)
         return runner.EXIT_USAGE
-    except runner.RunnerError as e:
+    except (runner.RunnerError, OSError) as e:
         print(f"[hvstor] error: {e}", file=sys.stderr)
         return runner.EXIT_RUN
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ bios, a full buffer) are left out and counted.
 
 import collections
 import gzip
+import zlib
 import os
 import re
 
@@ -77,6 +78,7 @@ def parse_guest(lines):
     how many were seen only in part."""
     open_ = collections.defaultdict(collections.deque)     # (dir, sector) -> requests
     done, partial = [], 0
+    switches = False
     asleep, waiting = {}, collections.defaultdict(list)    # pid -> asleep?; pid -> completed, not yet awake
     for ln in lines:
         m = _LINE.match(ln)
@@ -85,6 +87,7 @@ def parse_guest(lines):
         if m.group("event") == "sched_switch":
             s = _SWITCH.search(m.group("body"))
             if s:
+                switches = True
                 ts = float(m.group("ts"))
                 asleep[s.group("prev")] = s.group("state") not in ("R", "R+")
                 nxt = s.group("next")
@@ -131,6 +134,10 @@ def parse_guest(lines):
             else:
                 partial += 1
     partial += sum(len(q) for q in open_.values())
+    if not switches:                        # no sched_switch events: nothing known of waking
+        for _, req in done:
+            req.pop("W", None)
+            req["no_wake"] = True
     return done, partial
 
 
@@ -156,8 +163,11 @@ def parse_host(lines):
 
 def parts_of(req):
     g = req.get("G", req["Q"])
-    return {"tag": g - req["Q"], "sched": req["D"] - g, "scsi": req["S"] - req["D"],
-            "device": req["C"] - req["S"], "complete": req["X"] - req["C"], "wake": req.get("W", req["X"]) - req["X"]}
+    out = {"tag": g - req["Q"], "sched": req["D"] - g, "scsi": req["S"] - req["D"],
+           "device": req["C"] - req["S"], "complete": req["X"] - req["C"]}
+    if not req.get("no_wake"):
+        out["wake"] = req.get("W", req["X"]) - req["X"]
+    return out
 
 
 def attribute(guest_reqs, host=None):
@@ -192,13 +202,16 @@ def run_attribution(run_dir):
     gpath = os.path.join(run_dir, "results", "trace.txt.gz")
     if not os.path.isfile(gpath):
         return None
-    with _open(gpath) as f:
-        reqs, partial = parse_guest(f)
-    host = None
-    hpath = os.path.join(run_dir, "host-trace.log")
-    if os.path.isfile(hpath):
-        with _open(hpath) as f:
-            host = parse_host(f)
+    try:
+        with _open(gpath) as f:
+            reqs, partial = parse_guest(f)
+        host = None
+        hpath = os.path.join(run_dir, "host-trace.log")
+        if os.path.isfile(hpath):
+            with _open(hpath) as f:
+                host = parse_host(f)
+    except (OSError, EOFError, zlib.error, UnicodeError) as e:
+        return {"parts": {}, "partial": 0, "lost": 0, "error": f"{gpath}: {e}"}
     overrun = 0
     try:
         with open(os.path.join(run_dir, "results", "trace-stats"), encoding="utf-8") as f:

@@ -4,6 +4,7 @@ import re
 
 _SECTION = re.compile(r"^\s*\[([^\]]*)\]")
 _RUNTIME = re.compile(r"^(\s*runtime\s*=\s*)(.*)$")
+_RAMP = re.compile(r"^\s*ramp_time\s*=\s*(.*)$")
 _FILENAME = re.compile(r"^\s*filename\s*=")
 
 
@@ -38,23 +39,33 @@ def prepare(job, log_avg_msec, runtime=None):
 
 
 def seconds(job):
-    """Seconds of fio per boot: the sum of every runtime= (60 s when none is given)."""
+    """Seconds of fio per boot, about: every runtime= and ramp_time= of a job section, and
+    a [global] one once per group of jobs that run one after the other (stonewall); 60 s
+    when no runtime is given."""
     total, found = 0.0, False
+    groups = 1 + sum(1 for ln in job.splitlines() if re.match(r"^\s*(stonewall|wait_for_previous)\s*(=.*)?$", ln))
+    section = None
     for ln in job.splitlines():
-        m = _RUNTIME.match(ln)
-        if not m:
+        sm = _SECTION.match(ln)
+        if sm:
+            section = sm.group(1)
             continue
-        v = m.group(2).strip()
+        m = _RUNTIME.match(ln)
+        r = _RAMP.match(ln)
+        if not m and not r:
+            continue
+        times = groups if section == "global" else 1
+        v = (m.group(2) if m else r.group(1)).strip()
         mult = 1
         if v.endswith("m"):
             mult, v = 60, v[:-1]
         elif v.endswith("s"):
             v = v[:-1]
         try:
-            total += float(v) * mult
+            total += float(v) * mult * times
         except ValueError:
-            raise JobError(f"runtime={m.group(2).strip()} is not a number of seconds") from None
-        found = True
+            raise JobError(f"{'runtime' if m else 'ramp_time'}={v} is not a number of seconds") from None
+        found = found or bool(m)
     return int(total) if found else 60
 
 

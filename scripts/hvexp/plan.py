@@ -88,6 +88,7 @@ class Variant:
     wait_disks: int = 0
     env: dict = field(default_factory=dict)
     host_load: int = 0          # busy processes at nice 19 on the host while the guest runs
+    scale: float = 1.0          # its figures are scaled back by this (1: it ran at real speed)
 
 
 class PlanError(Exception):
@@ -128,16 +129,23 @@ class Plan:
             self.fio_seconds = fiojob.seconds(self.job)
         except fiojob.JobError as e:
             raise spec.error(ex.lines["fio"], str(e)) from None
-        self.perf_used = False
-        self.variants = {}
+        self.variants, slowed = {}, []
         for v in self.order:
-            self.variants[v] = self._variant(v, build_module, modinfo)
+            self._slowed = False            # set when the variant's device is slowed by time-scale
+            var = self.variants[v] = self._variant(v, build_module, modinfo)
+            var.scale = self.scale if self._slowed else 1.0
+            if self._slowed:
+                slowed.append(v)
+        self.perf_used = bool(slowed)
         self.eff_scale = self.scale if self.perf_used else 1.0
         # Rendered once: a change to the template while an experiment runs does not reach it.
         self.scripts = {v: self.guest_script(v) for v in self.order}
         if self.perf_used:
             self.scale_note = (f"time-scale {_num(self.scale)}: rates x{_num(self.scale)}, latencies and times /{_num(self.scale)}"
                                if self.scale != 1 else "time-scale 1")
+            unscaled = [v for v in self.order if v not in slowed]
+            if self.scale != 1 and unscaled:
+                self.scale_note += f" for variants with a performance model; {', '.join(unscaled)} as measured"
         else:
             self.scale_note = "no perf model in the spec: results as measured"
             if self.scale != 1:
@@ -177,7 +185,11 @@ class Plan:
 
     def _check_scale(self, v, key, perf):
         own = re.search(r"(?:^|,)time-scale=([^,]*)", perf)
-        if own and float(own.group(1)) != self.scale:
+        try:
+            own_scale = float(own.group(1)) if own else None
+        except ValueError:
+            raise self._err(v, key, f"'{perf}': time-scale={own.group(1)} is not a number") from None
+        if own and own_scale != self.scale:
             raise self._err(v, key, f"'{perf}' sets time-scale={own.group(1)}, the experiment's time-scale is "
                             f"{_num(self.scale)}: set it once, in [experiment]")
 
@@ -282,7 +294,12 @@ class Plan:
         if extra:
             append.append(extra)
         timeout = self._val(v, "timeout")
-        timeout = int(timeout) if timeout and timeout.isdigit() else 150 + 2 * self.fio_seconds
+        if timeout:
+            if not re.fullmatch(r"[1-9][0-9]*s?", timeout):
+                raise self._err(v, "timeout", f"timeout is seconds per boot (300 or 300s), got '{timeout}'")
+            timeout = int(timeout.rstrip("s"))
+        else:
+            timeout = 150 + 2 * self.fio_seconds
         load = self._val(v, "host-load", "0")
         if not load.isdigit() or int(load) > 64:
             raise self._err(v, "host-load", f"host-load is a number of busy host processes (0-64), got '{load}'")
@@ -321,7 +338,7 @@ class Plan:
                 ns = fixed_latency_ns(perf)
                 if ns is None:
                     raise self._err(v, "perf", f"virtio-scsi variants take a fixed latency only (latency=2ms), not '{perf}'")
-                self.perf_used = True
+                self._slowed = True
                 node += f",latency-ns={int(round(ns * self.scale))}"
                 what += f", {int(round(ns))} ns latency"
             out += ["-blockdev", node, "-device", f"scsi-hd,bus=vscsi0.0,drive=vd{i},lun={i}"]
@@ -337,7 +354,7 @@ class Plan:
         vmperf = self._val(v, "vm-perf")
         if vmperf:
             self._check_scale(v, "vm-perf", vmperf)
-            self.perf_used = True
+            self._slowed = True
             out += ["-device", "hv-vmbus-bridge,vm-perf=" + qemu_escape(self._with_scale(vmperf))]
         sc = self.spec.experiment.get("storvsc", "")
         out += ["-device", "hv-storvsc,id=scsi0" + ("," + sc if sc else "")]
@@ -363,7 +380,7 @@ class Plan:
             perf = self._perf_of(v, disk)
             if perf:
                 self._check_scale(v, "perf", perf)
-                self.perf_used = True
+                self._slowed = True
                 props.append("perf=" + qemu_escape(self._with_scale(perf)))
             out += ["-device", "hv-disk," + ",".join(props)]
         return out
@@ -390,7 +407,7 @@ class Plan:
             ns = duration_ns(given.pop("ndelay"))
             if ns is None:
                 raise self._err(v, "scsi-debug", "ndelay must be a duration (24ms, 500us, 2000000)")
-            self.perf_used = True           # a modelled latency, scaled like the perf strings
+            self._slowed = True           # a modelled latency, scaled like the perf strings
         elif "delay" in given:
             ns = None
         else:
@@ -400,7 +417,7 @@ class Plan:
             if ns is None:
                 raise self._err(v, "scsi-debug", "a control variant needs its service latency: scsi-debug = ndelay=X, "
                                 f"or a perf string that only sets a fixed latency (perf is '{perf}')")
-            self.perf_used = True
+            self._slowed = True
         if ns is not None:
             ns = int(round(ns * self.scale))
             if not 0 < ns < 1_000_000_000:

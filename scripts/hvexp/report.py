@@ -99,6 +99,7 @@ class Report:
         self.spec_name = os.path.basename(spec_path) if spec_path else self.plan.get("spec", "spec.exp")
         self.variants = [v["name"] for v in self.plan["variants"]]
         self.vinfo = {v["name"]: v for v in self.plan["variants"]}
+        self.vinfo_all = self.plan.get("all_variants", self.variants)     # the spec's, with --variants
         self.baseline = self.plan["baseline"]
         self.figures = Figures(self.plan["scale"])
         self.runs = []          # (variant, rep, status dict or None)
@@ -108,7 +109,7 @@ class Report:
                 self.runs.append((v, rep, st))
                 if st and st.get("status") == "ok":
                     try:
-                        self.figures.add_run(v, load_run_dir(os.path.join(d, "runs", v, f"rep{rep}")))
+                        self.figures.add_run(v, load_run_dir(os.path.join(d, "runs", v, f"rep{rep}")), self.scale_of(v))
                     except ResultError as e:
                         st["status"], st["why"] = "failed", str(e)
         self.w = max([14] + [len(v) for v in self.variants])       # the variant column
@@ -120,12 +121,16 @@ class Report:
         self.outcomes = self._expectations()
         self.attribution = self._attribution() if self.plan.get("trace") else {}
 
+    def scale_of(self, v):
+        """What a variant's figures are scaled back by (older folders: one for all)."""
+        return self.vinfo[v].get("scale", self.plan["scale"])
+
     def _attribution(self):
         """{variant: {dir: {part: ms, "n": ios}}}, over the variant's runs (weighted by the
         requests each traced), scaled back; plus "partial"/"lost" counts."""
         out = {}
-        scale = self.plan["scale"]
         for v in self.variants:
+            scale = self.scale_of(v)
             acc, n, extra = {}, {}, {"partial": 0, "lost": 0}
             for _, r, st in (x for x in self.runs if x[0] == v):
                 if not st or st.get("status") != "ok":
@@ -135,15 +140,21 @@ class Report:
                     continue
                 extra["partial"] += a["partial"]
                 extra["lost"] += a["lost"]
+                if a.get("error"):
+                    extra.setdefault("errors", []).append(a["error"])
                 for d, parts in a["parts"].items():
                     k = parts["n"]
                     n[d] = n.get(d, 0) + k
                     for p, ms in parts.items():
-                        if p not in ("n", "host_n"):
-                            acc.setdefault(d, {}).setdefault(p, 0.0)
-                            acc[d][p] += ms * k
-            if acc:
-                out[v] = {d: dict({p: x / n[d] / scale for p, x in ps.items()}, n=n[d]) for d, ps in acc.items()}
+                        if p in ("n", "host_n"):
+                            continue
+                        # The host part is a mean over the SRBs QEMU recorded: weight it by them.
+                        w = parts.get("host_n", k) if p == "host" else k
+                        acc.setdefault(d, {}).setdefault(p, [0.0, 0])
+                        acc[d][p][0] += ms * w
+                        acc[d][p][1] += w
+            if acc or extra.get("errors"):
+                out[v] = {d: dict({p: s / w / scale for p, (s, w) in ps.items() if w}, n=n[d]) for d, ps in acc.items()}
                 out[v].update(extra)
         return out
 
@@ -151,7 +162,9 @@ class Report:
         if not self.attribution:
             return []
         L = ["", "Latency attribution (trace = on): mean ms per request, guest tracepoints and host records",
-             "(docs/experiments.md, \"Latency attribution\"); fio = fio's mean completion latency minus the traced parts."]
+             "(docs/experiments.md, \"Latency attribution\"); fio clat = fio's mean completion latency, fio = fio clat",
+             "minus the traced parts, fio lat = fio's submission and completion latency (with libaio, waits for a tag",
+             "happen inside io_submit, in fio's submission latency)."]
         dirs = []
         for job, d in self.figures.keys:
             if d not in dirs:
@@ -160,7 +173,7 @@ class Report:
             jobs = [j for j, dd in self.figures.keys if dd == d]
             L += ["", f"{d} (fio jobs: {', '.join(jobs)})",
                   f"  {'variant':<{self.w}} {'requests':>8} {'tag':>8} {'sched':>8} {'scsi':>8} {'host':>8} {'transprt':>8} "
-                  f"{'device':>8} {'complete':>8} {'wake':>8} {'traced':>8} {'fio clat':>8} {'fio':>8}"]
+                  f"{'device':>8} {'complete':>8} {'wake':>8} {'traced':>8} {'fio clat':>8} {'fio':>8} {'fio lat':>8}"]
             for v in self.variants:
                 p = self.attribution.get(v, {}).get(d)
                 if not p:
@@ -169,10 +182,14 @@ class Report:
                 clat = self.fio_clat(v, d)
                 cells = [p.get(k) for k in ("tag", "sched", "scsi", "host", "transport", "device", "complete", "wake")]
                 L.append(f"  {v:<{self.w}} {p['n']:>8} " + " ".join(f"{_f(c, 3):>8}" for c in cells) +
-                         f" {_f(traced, 3):>8} {_f(clat, 3):>8} {_f(None if clat is None else clat - traced, 3):>8}")
+                         f" {_f(traced, 3):>8} {_f(clat, 3):>8} {_f(None if clat is None else clat - traced, 3):>8}"
+                         f" {_f(self.fio_clat(v, d, 'tlat'), 3):>8}")
         bad = [(v, a["partial"], a["lost"]) for v, a in self.attribution.items() if a["partial"] or a["lost"]]
         if bad:
             L.append("  left out: " + "; ".join(f"{v}: {p} requests seen in part, {l} events lost" for v, p, l in bad))
+        for v, a in self.attribution.items():
+            for e in a.get("errors", []):
+                L.append(f"  {v}: a trace could not be read: {e}")
         return L
 
     def medians_text(self):
@@ -197,13 +214,14 @@ class Report:
                 L.append(f"    {v:<{self.w}} " + ", ".join(cells))
         return L
 
-    def fio_clat(self, v, d):
-        """fio's mean completion latency of a direction over its jobs (weighted by I/O), ms."""
+    def fio_clat(self, v, d, metric="lat"):
+        """fio's mean completion latency (metric "lat"; "tlat": submission and completion) of
+        a direction over its jobs, weighted by I/O, ms."""
         tot = n = 0.0
         for job, dd in self.figures.keys:
             if dd != d:
                 continue
-            lat = self.figures.get(v, job, d, "lat")
+            lat = self.figures.get(v, job, d, metric)
             io = self.figures.get(v, job, d, "iops")
             if lat and io:
                 tot += mean(lat) * mean(io)
@@ -216,6 +234,7 @@ class Report:
         except specmod.SpecError as e:
             raise ReportError(str(e)) from None
         out = []
+        self.left_out = []      # (variant, expectation text, where): variants not run (--variants)
         sections = [("", sp.experiment)] + [(n, s) for n, s in sp.variants.items()]
         for scope, sec in sections:
             for text, line in sec.expects:
@@ -226,7 +245,11 @@ class Report:
                 targets = [scope] if scope else [v for v in self.variants if not (e.ratio and v == self.baseline)]
                 for v in targets:
                     if v not in self.variants:
-                        continue            # a variant left out with --variants
+                        if v not in self.vinfo_all:
+                            raise ReportError(f"{sp.path}:{line}: expectation about variant '{v}', which this "
+                                              f"experiment does not have (it has: {' '.join(self.vinfo_all)})")
+                        self.left_out.append((v, e.text, f"{self.spec_name}:{line}"))
+                        continue
                     out.append(expect.evaluate(e, v, self.baseline, self.figures,
                                                f"{self.spec_name}:{line}"))
         return out
@@ -297,8 +320,9 @@ class Report:
             L += ["", f"Published against measured (ratio to {self.baseline}):"] + pubs
         L += self.medians_text()
         L += self.attribution_text()
-        if self.outcomes:
+        if self.outcomes or self.left_out:
             L += ["", "Expectations (medians over repetitions):"] + ["  " + o.line() for o in self.outcomes]
+            L += [f"  SKIP {v}: expect {t} ({w}): the variant was not run (--variants)" for v, t, w in self.left_out]
         bad = self.failed_runs()
         if bad or self.missing_runs():
             L += ["", "Runs that did not count:"]
@@ -354,6 +378,11 @@ class Report:
                 failures += 1
                 f = ET.SubElement(tc, "failure", message=st.get("why", "failed"))
                 f.text = st.get("why", "")
+        for v, text, where in self.left_out:
+            tests += 1
+            skipped += 1
+            tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{v}: {text}")
+            ET.SubElement(tc, "skipped", message=f"{where}: the variant was not run (--variants)")
         for o in self.outcomes:
             tests += 1
             tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{o.variant}: {o.expectation.text}")
@@ -393,7 +422,11 @@ class Report:
         return made
 
     def write(self, log=print):
-        pngs = self.plots(log)
+        try:
+            pngs = self.plots(log)
+        except (ReportError, OSError) as e:      # no plots is no reason to lose the verdict
+            log(f"no plots: {e}")
+            pngs = []
         text = self.text()
         text += "\nPlots:\n" + "".join(f"  {p}\n" for p in sorted(pngs))
         text += f"Runs (header, fio.json, fio logs, console): {os.path.join(self.dir, 'runs')}\n"
@@ -403,6 +436,11 @@ class Report:
             with open(os.path.join(self.dir, fname), "w", encoding="utf-8") as f:
                 f.write(content)
         return text
+
+
+def _gq(text):
+    """A gnuplot single-quoted string."""
+    return "'" + str(text).replace("'", "''") + "'"
 
 
 def _nan_none(x):
@@ -416,12 +454,13 @@ def series(d, variant, job, direction, kind, avg_ms, scale):
     """(seconds, value) points: per log-avg-msec bin, IOPS summed over a job's clones and
     averaged over repetitions, or completion latency (ms) averaged over all entries."""
     ftype = "iops" if kind == "iops" else "clat"
-    files = sorted(glob.glob(os.path.join(d, "runs", variant, "rep*", "results", "logs", f"{job}_{ftype}.*.log")))
+    files = sorted(glob.glob(os.path.join(glob.escape(d), "runs", glob.escape(variant), "rep*", "results", "logs",
+                                          f"{glob.escape(job)}_{ftype}.*.log")))
     want = _DIRNUM[direction]
     sums, n = {}, {}
     reps = set()
     for path in files:
-        rep = re.search(r"/rep([0-9]+)/", path).group(1)
+        rep = os.path.relpath(path, d).split(os.sep)[2]       # runs/<variant>/rep<N>/...
         with open(path, encoding="utf-8", errors="replace") as f:
             for ln in f:
                 parts = [x.strip() for x in ln.split(",")]
@@ -462,11 +501,11 @@ def _attribution_plot(rep, pdir, d):
         for v, p in rows:
             f.write(v + " " + " ".join(f"{p.get(k, 0.0):g}" for k in parts) + "\n")
     png = os.path.join(pdir, f"attribution-{d}.png")
-    cols = ", ".join(f"'{dat}' using {i + 2}{':xtic(1)' if i == 0 else ''} title '{attrib.PART_NAMES[k]}'"
+    cols = ", ".join(f"{_gq(dat)} using {i + 2}{':xtic(1)' if i == 0 else ''} title {_gq(attrib.PART_NAMES[k])}"
                      for i, k in enumerate(parts))
     script = "\n".join([
-        "set terminal pngcairo size 1000,560 noenhanced", f"set output '{png}'",
-        f"set title \"{rep.plan['name']}: where a {d} request's latency goes (mean per request)\"",
+        "set terminal pngcairo size 1000,560 noenhanced", f"set output {_gq(png)}",
+        f"set title {_gq(rep.plan['name'] + ': where a ' + d + ' request' + chr(39) + 's latency goes (mean per request)')}",
         "set ylabel \"ms\"", "set style data histograms", "set style histogram rowstacked",
         "set style fill solid 0.8 border -1", "set boxwidth 0.6", "set key outside right", "set grid ytics",
         "set yrange [0:*]", f"plot {cols}", ""])
@@ -482,21 +521,21 @@ def _plot(rep, pdir, job, direction, kind):
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", job)
     cmds = []
     for v in rep.variants:
-        pts = series(rep.dir, v, job, direction, kind, rep.plan["log_avg"], rep.plan["scale"])
+        pts = series(rep.dir, v, job, direction, kind, rep.plan["log_avg"], rep.scale_of(v))
         if not pts:
             continue
         dat = os.path.join(pdir, "data", f"{safe}-{direction}-{kind}-{v}.dat")
         with open(dat, "w", encoding="utf-8") as f:
             f.writelines(f"{t:g} {y:g}\n" for t, y in pts)
-        cmds.append(f"'{dat}' using 1:2 with linespoints lw 2 pt 7 ps 0.5 title '{v}'")
+        cmds.append(f"{_gq(dat)} using 1:2 with linespoints lw 2 pt 7 ps 0.5 title {_gq(v)}")
     if not cmds:
         return None
     png = os.path.join(pdir, f"{safe}-{direction}-{kind}.png")
     what, ylabel = ("IOPS", "IOPS") if kind == "iops" else ("completion latency", "mean completion latency (ms)")
     script = "\n".join([
         "set terminal pngcairo size 1000,520 noenhanced",
-        f"set output '{png}'",
-        f"set title \"{rep.plan['name']}: {job} ({direction}), {what} over time (mean of repetitions)\"",
+        f"set output {_gq(png)}",
+        f"set title {_gq(rep.plan['name'] + ': ' + job + ' (' + direction + '), ' + what + ' over time (mean of repetitions)')}",
         "set xlabel \"time (s)\"", f"set ylabel \"{ylabel}\"", "set yrange [0:*]", "set grid", "set key below",
         "plot " + ", ".join(cmds), ""])
     r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)

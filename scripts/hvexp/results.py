@@ -10,6 +10,7 @@ METRICS = {
     "iops": ("IOPS", "I/O per second"),
     "bw": ("MB/s", "10^6 bytes per second"),
     "lat": ("ms", "mean completion latency"),
+    "tlat": ("ms", "mean total latency: submission and completion"),
     "p50": ("ms", "median completion latency (the highest among the job's clones)"),
     "p99": ("ms", "99th percentile completion latency (the highest among the job's clones)"),
 }
@@ -51,16 +52,20 @@ def load_fio_json(path):
     if not text.startswith("{") and start == 0:
         raise ResultError(f"{path} holds no JSON document")
     try:
-        return json.loads(text[start:])
+        return json.JSONDecoder().raw_decode(text[start:])[0]     # text after it is ignored
     except json.JSONDecodeError as e:
         raise ResultError(f"{path}: fio's JSON is not whole ({e.msg} at line {e.lineno})") from None
 
 
 def _pct(d, key):
-    p = (d.get("clat_ns") or {}).get("percentile") or {}
-    for k, v in p.items():
-        if abs(float(k) - key) < 1e-6:
-            return float(v)
+    for field in ("clat_ns", "lat_ns"):         # lat_percentiles=1 puts them under lat_ns
+        p = (d.get(field) or {}).get("percentile") or {}
+        for k, v in p.items():
+            try:
+                if abs(float(k) - key) < 1e-6:
+                    return float(v)
+            except (TypeError, ValueError):
+                continue
     return None
 
 
@@ -86,13 +91,14 @@ def summarize(fio):
             if ios <= 0:
                 continue
             lat = sum(float((p.get("clat_ns") or {}).get("mean", 0)) * int(p.get("total_ios", 0)) for p in parts) / ios
+            tlat = sum(float((p.get("lat_ns") or {}).get("mean", 0)) * int(p.get("total_ios", 0)) for p in parts) / ios
             p50 = [v for v in (_pct(p, 50.0) for p in parts) if v is not None]
             p99 = [v for v in (_pct(p, 99.0) for p in parts) if v is not None]
             rows.append({
                 "job": name, "dir": d, "ios": ios,
                 "iops": sum(float(p.get("iops", 0)) for p in parts),
                 "bw_bytes": sum(float(p.get("bw_bytes", 0)) for p in parts),
-                "clat_mean_ns": lat,
+                "clat_mean_ns": lat, "lat_mean_ns": tlat or None,
                 "clat_p50_ns": max(p50) if p50 else None,
                 "clat_p99_ns": max(p99) if p99 else None,
             })
@@ -107,6 +113,8 @@ def metric_value(row, metric, scale):
         return row["bw_bytes"] * scale / 1e6
     if metric == "lat":
         return row["clat_mean_ns"] / scale / 1e6
+    if metric == "tlat":
+        return None if not row.get("lat_mean_ns") else row["lat_mean_ns"] / scale / 1e6
     key = {"p50": "clat_p50_ns", "p99": "clat_p99_ns"}[metric]
     return None if row.get(key) is None else row[key] / scale / 1e6
 
@@ -115,19 +123,20 @@ class Figures:
     """Per variant, job, direction and metric: the values of each repetition."""
 
     def __init__(self, scale=1.0):
-        self.scale = scale
+        self.scale = scale          # the default; add_run() may give a variant's own
         self.values = {}         # (variant, job, dir, metric) -> [values]
         self.keys = []           # (job, dir) in first-seen order
         self.runs = {}           # variant -> count of runs with data
 
-    def add_run(self, variant, rows):
+    def add_run(self, variant, rows, scale=None):
+        scale = self.scale if scale is None else scale
         self.runs[variant] = self.runs.get(variant, 0) + 1
         for r in rows:
             key = (r["job"], r["dir"])
             if key not in self.keys:
                 self.keys.append(key)
             for m in METRICS:
-                v = metric_value(r, m, self.scale)
+                v = metric_value(r, m, scale)
                 if v is not None:
                     self.values.setdefault((variant, r["job"], r["dir"], m), []).append(v)
 

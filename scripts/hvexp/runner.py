@@ -261,7 +261,7 @@ def execute(plan, out, qemu, jobs):
 
     def one(k, rep, v):
         with lock:
-            if state["failure"]:
+            if state["failure"] or state.get("stop"):
                 return
             done = state["done"]
             eta = ""
@@ -277,7 +277,7 @@ def execute(plan, out, qemu, jobs):
                     state["failure"] = failure_text(v, rep, run_dir, status["why"])
                 return
         log(f"[{k}/{total}] {v}, repetition {rep}: {status['seconds']:.0f}s, hw queues {hw_queues(run_dir)}: "
-            f"{figures_line(rows, plan.eff_scale)}")
+            f"{figures_line(rows, plan.variants[v].scale)}")
 
     if jobs <= 1:
         for k, (rep, v) in enumerate(order, 1):
@@ -285,10 +285,19 @@ def execute(plan, out, qemu, jobs):
             if state["failure"]:
                 break
     else:
-        with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+        ex = cf.ThreadPoolExecutor(max_workers=jobs)
+        try:
             futs = [ex.submit(one, k, rep, v) for k, (rep, v) in enumerate(order, 1)]
             for f in futs:
                 f.result()
+        except BaseException:
+            # Ctrl-C or an error: start nothing more; the boots under way end with their
+            # timeout at the latest (each is its own process group's child).
+            with lock:
+                state["stop"] = True
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown()
     return state["failure"]
 
 
@@ -300,11 +309,25 @@ def plan_json(plan):
         "scale": plan.eff_scale, "scale_note": plan.scale_note, "reps": plan.reps,
         "fio_seconds": plan.fio_seconds, "log_avg": plan.log_avg, "vm": "/".join(vms), "trace": plan.trace,
         "baseline": plan.baseline,
+        "all_variants": list(plan.spec.variants),
         "variants": [{"name": v, "summary": x.summary, "device": x.device, "kernel": x.kernel,
-                      "ko": x.ko, "want_version": x.want_version, "params": x.params,
+                      "ko": x.ko, "want_version": x.want_version, "params": x.params, "scale": x.scale,
                       "scsi_debug": x.scsi_debug, "published": x.published,
                       "published_ratio": x.published_ratio} for v, x in plan.variants.items()],
     }
+
+
+def prepare_out(out):
+    """An empty results folder: a new one, or an earlier experiment's (its runs go, so
+    that none of them counts again); any other folder with files in it is refused."""
+    if os.path.isdir(out) and os.listdir(out):
+        if not os.path.isfile(os.path.join(out, "plan.json")):
+            raise RunnerError(f"--out {out}: the folder is not empty and holds no earlier results")
+        log(f"{out}: replacing the results of an earlier experiment")
+        for name in os.listdir(out):
+            p = os.path.join(out, name)
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
 
 
 def find_qemu():
@@ -338,7 +361,7 @@ def run(args):
     qemu = find_qemu()
     default_out = not args.out
     out = args.out or os.path.join(cache_dir(), "results", f"{plan.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    prepare_out(out)
     if default_out:
         link = os.path.join(cache_dir(), "results", f"{plan.name}-latest")
         if os.path.islink(link) or os.path.exists(link):

@@ -18,7 +18,7 @@ VARIANT_KEYS = frozenset("""
     published published-ratio expect device scsi-debug virtio-scsi host-load""".split())
 REPEATABLE = frozenset(["expect"])
 
-_SECTION = re.compile(r"^\[([a-z]+)(?:\s+([A-Za-z0-9_.-]+))?\]$")
+_SECTION = re.compile(r"^\[([a-z]+)(?:\s+([A-Za-z0-9_][A-Za-z0-9_.-]*))?\]\s*(?:[#;].*)?$")
 _KEYVAL = re.compile(r"^([A-Za-z0-9_.-]+)\s*=\s*(.*)$")
 _HEREDOC = re.compile(r"^<<([A-Za-z_][A-Za-z0-9_]*)$")
 _COMMENT = re.compile(r"\s+#.*$")
@@ -80,7 +80,7 @@ def parse(text, path="<spec>"):
         line = raw.rstrip("\r")
         if heredoc:
             tag, key, start, body = heredoc
-            if line == tag:
+            if line.rstrip() == tag:
                 _store(path, section, key, "".join(body), start)
                 heredoc = None
             else:
@@ -120,6 +120,8 @@ def parse(text, path="<spec>"):
         if known is not None and key not in known:
             where = "[experiment]" if section.kind == "experiment" else "a variant"
             raise SpecError(path, n, f"unknown key '{key}' in {where} (known: {' '.join(sorted(known))})")
+        if key == "expect" and section.kind == "disk":
+            raise SpecError(path, n, "expect belongs in [experiment] or a [variant], not in [disk]")
         h = _HEREDOC.match(value)
         if h:
             heredoc = (h.group(1), key, n, [])
@@ -148,7 +150,7 @@ def _store(path, section, key, value, n):
 
 def load(path):
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except OSError as e:
         raise SpecError(path, 0, f"cannot read the spec: {e.strerror}") from None

@@ -1,7 +1,7 @@
 # Per-IO latency attribution (trace = on) end to end: one QD1 libaio writer on a fixed
 # 10 ms hv-disk, nothing else running. The guest's block and SCSI tracepoints and QEMU's
-# SRB records must account for fio's mean completion latency: the parts sum to it within
-# 5% (what is left is fio's own time between its clock and the syscalls). The host part
+# SRB records must account for fio's mean completion latency: the parts sum to it within 5%
+# (what is left is fio's own time between its clock and the syscalls). The host part
 # must hold the model's 10 ms, and the report must show the table and the stacked plot.
 . "$(dirname "$0")/../boot-lib.sh"
 WORK=$(mktemp -d)

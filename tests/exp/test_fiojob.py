@@ -30,3 +30,9 @@ def test_job_without_a_job_section_is_refused():
 def test_bad_runtime():
     with pytest.raises(fiojob.JobError, match="not a number"):
         fiojob.seconds("[a]\nruntime=soon\n")
+
+
+def test_seconds_of_stonewalled_groups_and_ramp():
+    job = "[global]\nruntime=10\nramp_time=2\n[a]\nrw=read\n[b]\nstonewall\nrw=write\n"
+    assert fiojob.seconds(job) == 24
+    assert fiojob.seconds("[global]\nruntime=30\n[a]\n[b]\n") == 30      # a and b run together

@@ -128,3 +128,18 @@ def test_virtio_scsi_comparison_and_host_load():
         make(spec_text(stock_extra="device = virtio-scsi\nvirtio-scsi = queues=4"))
     with pytest.raises(spec.SpecError, match="busy host processes"):
         make(spec_text(stock_extra="host-load = lots"))
+
+
+def test_only_slowed_variants_are_scaled_back():
+    p = make(spec_text(exp_extra="time-scale = 8", stock_extra="perf = latency=2ms",
+                       shared_extra="device = virtio-scsi"))
+    assert p.variants["stock"].scale == 8 and p.variants["shared"].scale == 1
+    assert "shared as measured" in p.scale_note
+
+
+def test_timeout_and_perf_typos():
+    assert make(spec_text(exp_extra="timeout = 300s")).variants["stock"].timeout == 300
+    with pytest.raises(spec.SpecError, match="seconds per boot"):
+        make(spec_text(exp_extra="timeout = 5min"))
+    with pytest.raises(spec.SpecError, match="time-scale=8x is not a number"):
+        make(spec_text(exp_extra="time-scale = 8", stock_extra="perf = latency=2ms,time-scale=8x"))

@@ -120,3 +120,32 @@ def test_table_rows(results_dir):
 def test_not_a_results_folder(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "no plan.json" in capsys.readouterr().err
+
+
+def test_expectation_about_an_unknown_variant_is_an_error(results_dir, capsys):
+    d = results_dir(figures(), spec_text(shared_extra="expect = wal.write.iops > 1").replace("[variant shared]", "[variant shraed]"))
+    assert cli.main(["report", d]) == 2
+    assert "variant 'shraed'" in capsys.readouterr().err
+
+
+def test_variant_left_out_is_reported_and_skipped(results_dir):
+    figs = {"stock": figures()["stock"]}
+    d = results_dir(figs, EXPECT_FAIL)
+    plan = json.load(open(d + "/plan.json"))
+    plan["all_variants"] = ["stock", "shared"]
+    json.dump(plan, open(d + "/plan.json", "w"))
+    rep = report.Report(d)
+    assert rep.outcomes == [] and rep.left_out[0][0] == "shared"
+    assert "SKIP shared: expect wal.write.iops ratio >= 3.2" in rep.text()
+    rep.write(lambda m: None)
+    suite = ET.parse(d + "/junit.xml").getroot().find("testsuite")
+    assert suite.get("skipped") == "1"
+
+
+def test_odd_characters_in_the_results_path(results_dir, tmp_path):
+    import shutil
+    d = results_dir(figures(), spec_text())
+    odd = str(tmp_path / "it's \"odd\"")
+    shutil.copytree(d, odd)
+    text = report.Report(odd).write(lambda m: None)
+    assert "\nwal (write)\n" in text

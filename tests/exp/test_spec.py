@@ -58,3 +58,13 @@ def test_shipped_specs_parse():
     for f in files:
         s = spec.load(f)
         assert s.variants
+
+
+def test_bom_trailing_comments_and_misplaced_expect(tmp_path):
+    p = tmp_path / "bom.exp"
+    p.write_bytes("\ufeff".encode() + spec_text().replace("[variant stock]", "[variant stock]   # the baseline").encode())
+    assert list(spec.load(str(p)).variants) == ["stock", "shared"]
+    with pytest.raises(spec.SpecError, match="not in \\[disk\\]"):
+        spec.parse(spec_text().replace("size = 4G", "size = 4G\nexpect = a.read.iops > 1"))
+    with pytest.raises(spec.SpecError, match="unknown section|expected"):
+        spec.parse(spec_text().replace("[variant shared]", "[variant ..]"))
