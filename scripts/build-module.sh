@@ -405,6 +405,8 @@ check_custom_tree() {
   text=$(sed -n 's/^CONFIG_CC_VERSION_TEXT=//p' "$KDIR/include/config/auto.conf" | tr -d '"')
   if [ -n "$CC_ARG" ]; then
     CC=$CC_ARG
+  elif grep -q '^CONFIG_CC_IS_CLANG=y' "$KDIR/include/config/auto.conf"; then
+    CC=clang      # its version text starts with the vendor ("Debian clang version 16...")
   else
     CC=${text%% *}
     [ -n "$CC" ] || die "$KDIR names no compiler (CONFIG_CC_VERSION_TEXT): give --cc"
@@ -434,7 +436,7 @@ if [ -s "$KO" ] && [ "${HVSTOR_KMOD_REBUILD:-0}" != 1 ]; then
   exit 0
 fi
 
-mkdir -p "$KMOD_ROOT/$KVER"
+[ "$MODE" != debian ] || mkdir -p "$KMOD_ROOT/$KVER"
 exec 8>"$KMOD_ROOT/.lock"
 flock 8
 ensure_tools
