@@ -11,8 +11,9 @@
 #     pristine source (--source: headers carry no .c), a patch of our own that changes a
 #     module parameter's default; the guest booted with --kernel PATH --modules DIR --ko must
 #     run that build (version, srcversion, the new default).
-# Plus the errors of the own-kernel path that need no build: no build tree, a tree for
-# another release, a module tree of another kernel than the image.
+# Plus the errors of the own-kernel path: no build tree, a tree for another release or
+# without a Makefile, a module tree of another kernel than the image, headers without
+# --source, a build whose vermagic differs from the stock module's.
 . "$(dirname "$0")/../boot-lib.sh"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK" "$OUT"' EXIT
@@ -132,6 +133,14 @@ check "error: KDIR without a Makefile" \
   fails_with 'has no Makefile' --kernel "$KIMG" --modules "$MODS" --kdir "$WORK/lib" none
 check "error: module tree of another kernel than the image" \
   fails_with "is release $KVER_RE, but --modules is for 9.9.9-other" --kernel "$KIMG" --modules "$WORK" none
+# The headers under another release name (a symlinked copy): the build runs, its vermagic
+# cannot match the stock module's.
+cp -as "$KDIR" "$WORK/renamed"
+rm -f "$WORK/renamed/include/config/kernel.release" "$WORK/renamed/include/generated/utsrelease.h"
+echo '#define UTS_RELEASE "9.9.9-other"' > "$WORK/renamed/include/generated/utsrelease.h"
+check "error: vermagic of the build differs from the stock module's" \
+  fails_with "vermagic '9.9.9-other .*differs from the stock module's" --kernel "$KIMG" --modules "$MODS" \
+  --kdir "$WORK/renamed" --source "$SRC" none
 check "error: headers without --source" \
   fails_with 'give --source' --kernel "$KIMG" --modules "$MODS" --kdir "$KDIR" none
 check "error: --modules without a kernel image path" \
