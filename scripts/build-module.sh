@@ -322,12 +322,14 @@ adapt_headers() {
   fi
 }
 
+HEADERS_FORMAT=hvstor-headers-2   # 2: kbuild programs and toolchain config adapted to the host
 # Unpacks headers and kbuild into HDR_ROOT and makes them usable here; sets KDIR.
 prepare_debian_headers() {
   ABI=${KVER%-*}                # 6.1.0-57, 6.12.117+deb13
   HDR_ROOT=$KMOD_ROOT/$KVER/headers-$PKG_VERSION
   KDIR=$HDR_ROOT/usr/src/linux-headers-$KVER
-  [ ! -f "$HDR_ROOT/.done" ] || return 0
+  # .done holds the preparation's format: a change to how headers are prepared redoes them.
+  [ "$(cat "$HDR_ROOT/.done" 2>/dev/null)" != "$HEADERS_FORMAT" ] || return 0
   local p deb kbuild need='' gccv
   rm -rf "$HDR_ROOT" "$HDR_ROOT.debs"
   for p in "linux-headers-$KVER" "linux-headers-$ABI-common" "$(kbuild_package)"; do
@@ -348,7 +350,7 @@ prepare_debian_headers() {
     adapt_headers "$kbuild" "$need"
   fi
   rm -rf "$HDR_ROOT.debs"
-  touch "$HDR_ROOT/.done"
+  echo "$HEADERS_FORMAT" > "$HDR_ROOT/.done"
 }
 
 # Extracts only drivers/scsi/storvsc_drv.c of linux-source-<series> into SRC_C.
