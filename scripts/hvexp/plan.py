@@ -223,6 +223,15 @@ class Plan:
             if not k or not os.path.isdir(k):
                 raise self._err(v, "kdir", f"kdir: no folder {kdir}")
             kdir = k
+        src = self._val(v, "storvsc-source", "")
+        if src:
+            f = self.resolve_path(src)
+            if not f or not os.path.isfile(f):
+                raise self._err(v, "storvsc-source", f"storvsc-source: no file {src}")
+            src = f
+        if (kdir or src) and kernel.startswith("debian-"):
+            raise self._err(v, "kdir" if kdir else "storvsc-source",
+                            f"kdir and storvsc-source are for a kernel given as a path, not {kernel}")
         vcpus = self._val(v, "vcpus", "2")
         if not re.fullmatch(r"[1-9][0-9]*", vcpus):
             raise self._err(v, "vcpus", f"vcpus must be a positive number, got '{vcpus}'")
@@ -250,7 +259,7 @@ class Plan:
             raw = self._val(v, "patch")
             patch = self.resolve_path(raw) or raw
             if build_module:
-                ko, info = build_module(v, kernel, modules, kdir, patch)
+                ko, info = build_module(v, kernel, modules, kdir, patch, src)
                 want_version, want_src = info.get("version", ""), info.get("srcversion", "")
                 if not want_version:
                     raise self._err(v, "patch", f"the module built for it ({ko}) has no version stamp")

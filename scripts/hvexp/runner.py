@@ -32,13 +32,15 @@ def cache_dir():
     return os.environ.get("HVSTOR_CACHE") or os.path.join(ROOT, ".cache")
 
 
-def build_module(variant, kernel, modules, kdir, patch):
+def build_module(variant, kernel, modules, kdir, patch, source=""):
     """scripts/build-module.sh; returns (ko path, build-info as a dict)."""
     cmd = ["bash", os.path.join(ROOT, "scripts", "build-module.sh"), "--kernel", kernel]
     if modules:
         cmd += ["--modules", modules]
     if kdir:
         cmd += ["--kdir", kdir]
+    if source:
+        cmd += ["--source", source]
     cmd.append(patch)
     log(f"variant {variant}: building hv_storvsc with {patch} for {os.path.basename(kernel)}")
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)

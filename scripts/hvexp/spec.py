@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass, field
 
 EXPERIMENT_KEYS = frozenset("""
-    description kernel modules kdir vcpus mem repetitions time-scale timeout log-avg-msec
+    description kernel modules kdir storvsc-source vcpus mem repetitions time-scale timeout log-avg-msec
     fio vm-perf storvsc patch ko params append tunables perf baseline expect device
     scsi-debug trace virtio-scsi host-load""".split())
 VARIANT_KEYS = frozenset("""
-    description kernel modules kdir vcpus mem patch ko params append tunables perf vm-perf
+    description kernel modules kdir storvsc-source vcpus mem patch ko params append tunables perf vm-perf
     published published-ratio expect device scsi-debug virtio-scsi host-load""".split())
 REPEATABLE = frozenset(["expect"])
 

@@ -94,7 +94,7 @@ def test_baseline_and_variant_selection():
 def test_patch_goes_to_the_module_builder():
     calls = []
 
-    def build(v, kernel, modules, kdir, patch):
+    def build(v, kernel, modules, kdir, patch, source=""):
         calls.append((v, kernel, patch))
         return "/k/hv_storvsc.ko", {"version": "hvstor-none-x", "srcversion": "ABC"}
     p = make(spec_text(exp_extra="kernel = debian-6.12"), build_module=build)
