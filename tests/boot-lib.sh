@@ -59,3 +59,22 @@ finish() {
   fi
   exit 0
 }
+
+# The guest command of the patched-module tests: the running kernel, the loaded hv_storvsc's
+# version, srcversion, taint and storvsc_vcpus_per_sub_channel, the hardware queues and the
+# tag flags of sda; with HVSTOR_FIO=1 before it, also a fio crc32c verify ("FIO OK").
+read -r -d '' MODULE_PROBE <<'SH' || true
+m=/sys/module/hv_storvsc
+echo "RELEASE $(uname -r)"
+echo "VERSION $(cat $m/version 2>/dev/null)"
+echo "SRCVERSION $(cat $m/srcversion 2>/dev/null)"
+echo "TAINT $(cat $m/taint 2>/dev/null)"
+echo "VPSC $(cat $m/parameters/storvsc_vcpus_per_sub_channel 2>/dev/null)"
+echo "HWQ $(ls -d /sys/block/sda/mq/*/ | wc -l)"
+echo "FLAGS $(cat /sys/kernel/debug/block/sda/hctx0/flags)"
+if [ -n "$HVSTOR_FIO" ]; then
+fio --name=v --filename=/dev/sda --direct=1 --ioengine=libaio --iodepth=16 --numjobs=2 \
+    --size=48M --offset_increment=64M --rw=randwrite --bs=4k-64k --verify=crc32c \
+    --verify_fatal=1 --group_reporting > /tmp/fio.out 2>&1 && echo "FIO OK" || { cat /tmp/fio.out; echo "FIO FAILED"; }
+fi
+SH

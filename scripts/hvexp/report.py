@@ -509,6 +509,12 @@ def _attribution_plot(rep, pdir, d):
         "set ylabel \"ms\"", "set style data histograms", "set style histogram rowstacked",
         "set style fill solid 0.8 border -1", "set boxwidth 0.6", "set key outside right", "set grid ytics",
         "set yrange [0:*]", f"plot {cols}", ""])
+    return _gnuplot(script, png)
+
+
+def _gnuplot(script, png):
+    """Runs a gnuplot script that writes png (with the plain png terminal when gnuplot has
+    no cairo)."""
     r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
     if r.returncode != 0 and "pngcairo" in r.stderr:
         r = subprocess.run(["gnuplot"], input=script.replace("pngcairo", "png"), text=True, capture_output=True)
@@ -538,9 +544,4 @@ def _plot(rep, pdir, job, direction, kind):
         f"set title {_gq(rep.plan['name'] + ': ' + job + ' (' + direction + '), ' + what + ' over time (mean of repetitions)')}",
         "set xlabel \"time (s)\"", f"set ylabel \"{ylabel}\"", "set yrange [0:*]", "set grid", "set key below",
         "plot " + ", ".join(cmds), ""])
-    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
-    if r.returncode != 0 and "pngcairo" in r.stderr:
-        r = subprocess.run(["gnuplot"], input=script.replace("pngcairo", "png"), text=True, capture_output=True)
-    if r.returncode != 0:
-        raise ReportError(f"gnuplot failed: {r.stderr.strip()[:400]}")
-    return png
+    return _gnuplot(script, png)

@@ -38,21 +38,7 @@ check "the build carries a version stamp" [ -n "$WANT_VERSION" ]
 check "its srcversion differs from the stock module's" [ -n "$WANT_SRC" ] && [ "$WANT_SRC" != "$(modinfo -F srcversion "$STOCK")" ]
 check "built by gcc-12 against adapted headers" grep -q '^adapted-config=.*CC_HAS_MIN_FUNCTION_ALIGNMENT' "$INFO"
 
-read -r -d '' GUEST_CMD <<'SH'
-m=/sys/module/hv_storvsc
-echo "RELEASE $(uname -r)"
-echo "VERSION $(cat $m/version 2>/dev/null)"
-echo "SRCVERSION $(cat $m/srcversion 2>/dev/null)"
-echo "TAINT $(cat $m/taint 2>/dev/null)"
-echo "VPSC $(cat $m/parameters/storvsc_vcpus_per_sub_channel 2>/dev/null)"
-echo "HWQ $(ls -d /sys/block/sda/mq/*/ | wc -l)"
-echo "FLAGS $(cat /sys/kernel/debug/block/sda/hctx0/flags)"
-if [ -n "$HVSTOR_FIO" ]; then
-fio --name=v --filename=/dev/sda --direct=1 --ioengine=libaio --iodepth=16 --numjobs=2 \
-    --size=48M --offset_increment=64M --rw=randwrite --bs=4k-64k --verify=crc32c \
-    --verify_fatal=1 --group_reporting > /tmp/fio.out 2>&1 && echo "FIO OK" || { cat /tmp/fio.out; echo "FIO FAILED"; }
-fi
-SH
+GUEST_CMD=$MODULE_PROBE
 DEVS=(-device hv-storvsc,id=scsi0 -device hv-disk,bus=scsi0.0,lun=0,backend=ram,size=160M)
 
 boot_guest --kernel debian-6.12 --vcpus 4 --timeout 180 --wait-disks 1 --ko "$KO" \
