@@ -18,8 +18,9 @@ Parts, in ms, per variant and direction (fio jobs of E1 and E2 each have their o
   complete  C -> X   completion in the guest
   wake      X -> the submitting fio thread runs again, when it was asleep (sched_switch)
   fio       fio's mean completion latency minus the traced parts (syscalls, fio itself)
-Requests are matched by direction and sector; requests the trace saw only in part (merged
-bios, a full buffer) are left out and counted.
+Requests are matched by direction and sector, and a bio to its request also by the
+submitting task; requests the trace saw only in part (merged bios, a full buffer, still
+queued when fio stopped) are left out and counted.
 """
 
 import collections
@@ -46,6 +47,7 @@ _SCSI = re.compile(r"cmnd=\((?P<op>[A-Z_0-9]+)\s+lba=(?P<lba>\d+)\s+txlen=(?P<tx
 _SWITCH = re.compile(r"prev_pid=(?P<prev>\d+) .*prev_state=(?P<state>\S+) ==> next_comm=.* next_pid=(?P<next>\d+)")
 _HOST = re.compile(r"^\d+@(?P<s>\d+)\.(?P<us>\d+):hvstor_storvsp_srb_(?P<ev>submit|complete)\s+relid (?P<relid>\d+) id (?P<id>0x[0-9a-f]+)"
                    r"(?: lun \d+ opcode (?P<op>0x[0-9a-f]+))?")
+MERGES = {"block_bio_backmerge": "bio", "block_bio_frontmerge": "bio", "block_rq_merge": "rq"}
 STAGES = {"block_bio_queue": "Q", "block_getrq": "G", "block_rq_insert": "I", "block_rq_issue": "D",
           "scsi_dispatch_cmd_start": "S", "scsi_dispatch_cmd_done": "C", "block_rq_complete": "X"}
 ORDER = "QGIDSCX"
@@ -95,6 +97,20 @@ def parse_guest(lines):
                 for req in waiting.pop(nxt, []):
                     req["W"] = ts
             continue
+        if m.group("event") in MERGES:
+            # A bio that joined a request, or a request absorbed by another: its own chain
+            # ends here (the request it joined carries on).
+            b = _BLOCK.match(m.group("body"))
+            if b:
+                q = open_[(_direction(b.group("rwbs")), int(b.group("sector")))]
+                if MERGES[m.group("event")] == "bio":
+                    gone = next((r for r in q if set(r) <= {"Q", "pid"} and r.get("pid") == m.group("pid")), None)
+                else:
+                    gone = next((r for r in q if "G" in r and "D" not in r), None)
+                if gone is not None:
+                    q.remove(gone)
+                    partial += 1
+            continue
         if m.group("event") not in STAGES:
             continue
         stage, ts, body = STAGES[m.group("event")], float(m.group("ts")), m.group("body")
@@ -117,7 +133,14 @@ def parse_guest(lines):
             q.append({"Q": ts, "pid": m.group("pid")})
             continue
         idx = ORDER.index(stage)
-        req = next((r for r in q if stage not in r and all(ORDER.index(k) < idx for k in r if k in ORDER)), None)
+        fits = [r for r in q if stage not in r and all(ORDER.index(k) < idx for k in r if k in ORDER)]
+        if stage == "G":
+            # block_getrq runs in the submitting task, as block_bio_queue did: two jobs that
+            # read the same sectors (numjobs clones) are told apart by it.
+            fits = [r for r in fits if r.get("pid") == m.group("pid")] or fits
+        elif stage != "I":
+            fits = [r for r in fits if "G" in r]    # a request, not a bio still waiting for one
+        req = fits[0] if fits else None
         if req is None:
             req = {}
             q.append(req)

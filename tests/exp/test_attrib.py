@@ -76,3 +76,14 @@ def test_run_folder(tmp_path):
     a = attrib.run_attribution(str(tmp_path))
     assert a["lost"] == 5 and a["partial"] == 0 and a["parts"]["write"]["n"] == 1
     assert attrib.run_attribution(str(tmp_path / "nothing")) is None
+
+
+def test_two_jobs_reading_the_same_sectors_are_told_apart_by_task():
+    a = chain(1.0, "R", 64, 8, "READ_10")
+    # A second job queues the same sector 5 ms later; its request is allocated at once.
+    b = [line(1.00005, "block_bio_queue", "8,0 R 64 + 8 [fio]").replace("fio-187", "fio-188"),
+         line(1.00006, "block_getrq", "8,0 R 64 + 8 [fio]").replace("fio-187", "fio-188")]
+    lines = sorted(a + b, key=lambda ln: float(ln.split(":")[0].split()[-1]))
+    reqs, partial = attrib.parse_guest(lines)
+    assert len(reqs) == 1 and partial == 1
+    assert attrib.parts_of(reqs[0][1])["tag"] == pytest.approx(0.0001)
