@@ -16,7 +16,8 @@ Parts, in ms, per variant and direction (fio jobs of E1 and E2 each have their o
      host       arrival on our ring -> completion written (the modelled disk: queue, service)
      transport  the rest: storvsc to our ring, our interrupt to storvsc's completion
   complete  C -> X   completion in the guest
-  wake      X -> the submitting fio thread runs again, when it was asleep (sched_switch)
+  wake      X -> the submitting fio thread runs again, when it was asleep (sched_switch);
+            not known for I/O a kernel worker submitted (io_uring's io-wq, a kworker)
   fio       fio's mean completion latency minus the traced parts (syscalls, fio itself)
 Requests are matched by direction and sector, and a bio to its request also by the
 submitting task; requests the trace saw only in part (merged bios, a full buffer, still
@@ -130,7 +131,10 @@ def parse_guest(lines):
             continue
         q = open_[key]
         if stage == "Q":
-            q.append({"Q": ts, "pid": m.group("pid")})
+            # Submitted by a kernel worker (io_uring's io-wq when a request had to wait, a
+            # kworker): the task that reaps it is another one, its wake-up is not known.
+            worker = m.group("comm").strip().startswith(("iou-", "kworker"))
+            q.append({"Q": ts, "pid": m.group("pid"), **({"no_wake": True} if worker else {})})
             continue
         idx = ORDER.index(stage)
         fits = [r for r in q if stage not in r and all(ORDER.index(k) < idx for k in r if k in ORDER)]
@@ -150,7 +154,9 @@ def parse_guest(lines):
             if all(k in req for k in "QDSCX"):
                 done.append((d, req))
                 # The submitter sleeps waiting for it: the part until it runs is "wake".
-                if asleep.get(req["pid"]):
+                if req.get("no_wake"):
+                    pass
+                elif asleep.get(req["pid"]):
                     waiting[req["pid"]].append(req)
                 else:
                     req["W"] = ts
