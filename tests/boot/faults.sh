@@ -47,12 +47,8 @@ SH
 read -r -d '' HOST_SIDE <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from qmp import Qmp, QmpError, console_has, process_alive
-sock, console, boot_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
-alive = lambda: process_alive(boot_pid)
-
-def say(*words):
-    print(*words, flush=True)
+from qmp import Qmp, QmpError, console_has, host_side, say
+sock, console, boot_pid, alive, _ = host_side()
 
 def stats(q):
     return json.loads(q.command('qom-get', path='/machine/peripheral/d0', property='stats'))

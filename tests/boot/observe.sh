@@ -30,28 +30,27 @@ SH
 read -r -d '' HOST_SIDE <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from qmp import Qmp, QmpError, console_has, process_alive
-sock, console, boot_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
-alive = lambda: process_alive(boot_pid)
+from qmp import Qmp, QmpError, console_has, host_side, say
+sock, console, boot_pid, alive, _ = host_side()
 
 try:
     q = Qmp.connect(sock, alive)
     q.wait_until(lambda: console_has(console, 'OBSERVE-READY-FOR-STATS'), alive)
     ctl = json.loads(q.command('qom-get', path='/machine/peripheral/scsi0', property='stats'))
     bus = json.loads(q.command('qom-get', path='/machine/hv-vmbus', property='stats'))
-    print('CONTROLLER', json.dumps(ctl), flush=True)
-    print('BUS', json.dumps(bus), flush=True)
+    say('CONTROLLER', json.dumps(ctl))
+    say('BUS', json.dumps(bus))
     busy = [c['index'] for c in ctl['channels'] if c['srbs'] > 0]
-    print('CHANNELS-WITH-SRBS', len(busy), flush=True)
-    print('OPEN-CHANNELS', ctl['open_channels'], bus['open_channels'], flush=True)
-    print('ANSWERED', 'all' if all(c['completions'] == c['srbs'] and c['outstanding'] == 0
-                                   for c in ctl['channels']) else 'not all', flush=True)
-    print('BUS-VERSION', bus['version'], 'GPADLS', bus['gpadls'], flush=True)
-    print('SRBS', ctl['srbs'], flush=True)
+    say('CHANNELS-WITH-SRBS', len(busy))
+    say('OPEN-CHANNELS', ctl['open_channels'], bus['open_channels'])
+    say('ANSWERED', 'all' if all(c['completions'] == c['srbs'] and c['outstanding'] == 0
+                                 for c in ctl['channels']) else 'not all')
+    say('BUS-VERSION', bus['version'], 'GPADLS', bus['gpadls'])
+    say('SRBS', ctl['srbs'])
     q.command('device_add', driver='hv-disk', id='go', bus='scsi0.0', lun=1, backend='null', size=1 << 20)
     q.close()
 except QmpError as e:
-    print('QMP-FAILED', e, flush=True)
+    say('QMP-FAILED', e)
     sys.exit(1)
 PY
 

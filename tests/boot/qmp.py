@@ -12,6 +12,7 @@ the boot's own timeout, which ends QEMU.
 import json
 import os
 import socket
+import sys
 import time
 
 
@@ -101,6 +102,19 @@ class Qmp:
 
 
 # Helpers for the host side of the boot tests.
+
+def host_side():
+    """The arguments tests/boot-lib.sh boot_with_host_side gives a host-side program:
+    (QMP socket, console log, boot script's pid, alive, extra arguments), alive() telling
+    whether that boot still runs."""
+    sock, console, pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    return sock, console, pid, (lambda: process_alive(pid)), sys.argv[5:]
+
+
+def say(*words):
+    """A line of the host side's output, at once (it interleaves with the guest's)."""
+    print(*words, flush=True)
+
 
 def process_alive(pid):
     """Whether process `pid` (the boot script, say) still runs."""

@@ -39,9 +39,8 @@ SH
 read -r -d '' HOST_SIDE <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from qmp import Qmp, QmpError, console_has, process_alive, qemu_pid
-sock, console, boot_pid, fault = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-alive = lambda: process_alive(boot_pid)
+from qmp import Qmp, QmpError, console_has, host_side, qemu_pid, say
+sock, console, boot_pid, alive, (fault,) = host_side()
 
 def held(q):
     return json.loads(q.command('qom-get', path='/machine/peripheral/d0', property='stats'))['stalled'] == 1
@@ -54,13 +53,13 @@ try:
         q.wait_until(lambda: console_has(console, 'SOAK-PAUSE ' + at), alive)
         q.wait_until(lambda: held(q), alive)
         counts[at] = (len(os.listdir('/proc/%d/task' % pid)), len(os.listdir('/proc/%d/fd' % pid)))
-        print('COUNTS', at, 'threads', counts[at][0], 'fds', counts[at][1], flush=True)
+        say('COUNTS', at, 'threads', counts[at][0], 'fds', counts[at][1])
         # Setting the fault again releases the held write and holds the next pause.
         q.command('qom-set', path='/machine/peripheral/d0', property='fault', value=fault)
-    print('FLAT' if counts['10'] == counts['100'] else 'GREW', flush=True)
+    say('FLAT' if counts['10'] == counts['100'] else 'GREW')
     q.close()
 except QmpError as e:
-    print('QMP-FAILED', e, flush=True)
+    say('QMP-FAILED', e)
     sys.exit(1)
 PY
 
