@@ -667,6 +667,87 @@ TEST_F(StorvspTest, CloseWithIoInFlightNeverBlocksTheVcpu) {
         << "completions written into a closed channel's ring";
 }
 
+// A guest that keeps closing subchannels while a stalled disk holds their requests and asks
+// for new ones: each new subchannel needs a fresh queue (a closing one is never reused), and
+// every queue keeps its request pool for the controller's life. At max_queues() (3 for one
+// subchannel) no more are made: the guest gets fewer subchannels and a log line says why,
+// and once the old requests drain their queues serve new subchannels again.
+TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
+    build({1, 256 * 1024, 256, kVersionWin10});
+    ASSERT_EQ(max_queues(ControllerConfig{1, 256 * 1024, 256, kVersionWin10}), 3u);
+    gate_lun0();
+    VstorPacket ask{};
+    ask.operation = uint32_t(Operation::CreateSubChannels);
+    ask.sub_channel_count = 1;
+    struct Cycle {
+        uint64_t rings, sub_rings;
+        uint32_t gpadl, sub_gpadl;
+    };
+    const Cycle cycles[] = {{kRings, kSubRings, 0x100, 0x200}, {0x700000, 0x780000, 0x101, 0x201}};
+    std::vector<uint32_t> held_subs;
+    for (const Cycle& cy : cycles) {
+        auto c = guest.open(ctl->primary_relid(), cy.rings, cy.gpadl);
+        ASSERT_TRUE(c);
+        ASSERT_TRUE(guest.handshake(*c));
+        guest.send(*c, ask);
+        ASSERT_EQ(guest.wait(*c)->pkt.status, kStatusSuccess);
+        auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
+        ASSERT_TRUE(o);
+        auto sc = guest.open(o->child_relid, cy.sub_rings, cy.sub_gpadl);
+        ASSERT_TRUE(sc);
+        const size_t before = gated.held_count();
+        guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096);
+        while (gated.held_count() == before) std::this_thread::yield();
+        guest.close(*sc); // its queue drains the held request
+        guest.close(*c);  // withdraws the subchannel
+        ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
+        vmbus::RelidReleased rr{};
+        rr.hdr.msgtype = uint32_t(vmbus::MsgType::RelidReleased);
+        rr.child_relid = o->child_relid;
+        g.post(0, 1, rr);
+        vmbus::GpadlTeardown t{};
+        t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
+        t.gpadl = cy.gpadl;
+        g.post(0, 1, t);
+        ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
+        held_subs.push_back(cy.sub_gpadl);
+    }
+    EXPECT_EQ(ctl->stats().subchannels_offered, 2u);
+    // Two queues still closing, one primary: the third subchannel would need a fourth queue.
+    auto c = guest.open(ctl->primary_relid(), 0x300000, 0x102);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(guest.handshake(*c));
+    guest.send(*c, ask);
+    ASSERT_EQ(guest.wait(*c)->pkt.status, kStatusSuccess);
+    const std::string why = "CREATE_SUB_CHANNELS sub_channel_count 1: 0 offered";
+    while (!host.logged(why)) std::this_thread::yield();
+    EXPECT_EQ(ctl->stats().subchannels_offered, 2u);
+    EXPECT_EQ(ctl->stats().channels.size(), 3u) << "queues beyond max_queues()";
+    // The old requests complete; their subchannels' closes finish with the GPADL teardowns.
+    gated.release_all();
+    for (uint32_t gpadl : held_subs) {
+        vmbus::GpadlTeardown t{};
+        t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
+        t.gpadl = gpadl;
+        g.post(0, 1, t);
+        ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
+    }
+    guest.send(*c, ask);
+    ASSERT_EQ(guest.wait(*c)->pkt.status, kStatusSuccess);
+    auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
+    ASSERT_TRUE(o) << "a drained queue serves the new subchannel";
+    auto sc = guest.open(o->child_relid, 0x380000, 0x202);
+    ASSERT_TRUE(sc);
+    VmscsiRequest rl = srb(0xA0, kDataRead);
+    rl.cdb_length = 12;
+    rl.cdb_or_sense[9] = 64;
+    const uint64_t id = guest.send_srb(*sc, rl, kBuf + 0x10000, 64);
+    auto r = guest.wait(*sc);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->trans_id, id);
+    EXPECT_EQ(ctl->stats().channels.size(), 3u);
+}
+
 // A subchannel closed with requests still held, then withdrawn with its primary, and asked
 // for again after the guest reconnected the primary: the new offer must not reuse the queue
 // whose worker still drains the old requests (two workers on one request pool, the old

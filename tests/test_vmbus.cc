@@ -676,6 +676,28 @@ TEST_F(VmbusTest, UnreleasedRelidsAreBoundedAndReleaseReusesThem) {
     EXPECT_EQ(server.offer(a), 0u);
 }
 
+// The guest releases the relid of a rescinded channel whose close still runs, then tears
+// down its ring GPADL: the answer still waits for the close, which may touch the ring until
+// it is done (the released offer's slot is gone, the close is not).
+TEST_F(VmbusTest, RingTeardownAfterRelidReleaseWaitsForTheClose) {
+    SlowCloseChannel dev;
+    offer_with_ring(dev);
+    g.post(0, 1, open_request());
+    ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
+    ASSERT_TRUE(server.rescind(1));
+    ASSERT_TRUE(dev.pending);
+    g.take(0); // RESCINDCHANNELOFFER
+    RelidReleased rr = msg<RelidReleased>(MsgType::RelidReleased);
+    rr.child_relid = 1;
+    g.post(0, 1, rr);
+    GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
+    t.gpadl = 5;
+    g.post(0, 1, t);
+    EXPECT_FALSE(g.take(0)) << "GPADL_TORNDOWN while the closing device may still touch the ring";
+    dev.finish_close();
+    EXPECT_EQ(g.take_as<GpadlTorndown>(0).gpadl, 5u);
+}
+
 // A CloseDone that comes after the guest released the relid and the slot went to another
 // offer leaves the new offer alone.
 TEST_F(VmbusTest, LateCloseDoneLeavesAReusedRelidAlone) {

@@ -7,7 +7,13 @@ namespace hvstor::storvsp {
 uint64_t preallocated_bytes(const ControllerConfig& cfg) {
     const uint64_t pages = cfg.max_transfer_bytes / kPageSize + 1;
     const uint64_t per_request = sizeof(IoContext) + 2 * pages * sizeof(iovec) + sizeof(IoContext*);
-    return (uint64_t{cfg.max_subchannels} + 1) * cfg.max_outstanding_per_channel * per_request;
+    return max_queues(cfg) * cfg.max_outstanding_per_channel * per_request;
+}
+
+uint64_t max_queues(const ControllerConfig& cfg) {
+    // The primary, the subchannels open, and as many again whose close still waits for
+    // their requests (a queue that is closing is not reused: see create_subchannels).
+    return 2 * uint64_t{cfg.max_subchannels} + 1;
 }
 
 bool validate(const ControllerConfig& cfg, std::string& err) {
@@ -19,8 +25,8 @@ bool validate(const ControllerConfig& cfg, std::string& err) {
     else if (cfg.max_subchannels > 256)
         err = "max-subchannels must be at most 256, not " + std::to_string(cfg.max_subchannels);
     else if (const uint64_t b = preallocated_bytes(cfg); b > kMaxPreallocatedBytes)
-        err = "outstanding (" + std::to_string(cfg.max_outstanding_per_channel) + ") x channels (" +
-              std::to_string(cfg.max_subchannels + 1) + ") x max-transfer (" + std::to_string(cfg.max_transfer_bytes) +
+        err = "outstanding (" + std::to_string(cfg.max_outstanding_per_channel) + ") x queues (2 x max-subchannels + 1 = " +
+              std::to_string(max_queues(cfg)) + ") x max-transfer (" + std::to_string(cfg.max_transfer_bytes) +
               ") would preallocate " + std::to_string(b >> 20) + " MiB of request state; the limit is " +
               std::to_string(kMaxPreallocatedBytes >> 20) + " MiB: lower one of them";
     else
@@ -150,7 +156,10 @@ uint16_t Controller::create_subchannels(uint16_t n) {
         // still hold a pointer to one whose offer was just withdrawn.
         for (size_t i = 1; i < channels_.size() && fresh.size() < n; i++)
             if (!channels_[i]->relid() && !channels_[i]->closing()) fresh.push_back(channels_[i].get());
-        while (fresh.size() < n) {
+        // Each queue holds its request pool for the controller's life: a guest that keeps
+        // closing subchannels with requests held by a slow disk and asking for new ones gets
+        // no more than max_queues() of them, and fewer subchannels until the old ones drain.
+        while (fresh.size() < n && channels_.size() < max_queues(cfg_)) {
             channels_.push_back(std::make_unique<Queue>(*this, uint16_t(channels_.size())));
             fresh.push_back(channels_.back().get());
         }

@@ -270,7 +270,10 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         answer_control(ch, trans_id, p, len, kStatusSuccess);
         // Offers go out after the answer; the guest installed its subchannel callback
         // before asking.
-        ctl_.create_subchannels(n);
+        if (const uint16_t got = ctl_.create_subchannels(n); got < n)
+            log_("CREATE_SUB_CHANNELS sub_channel_count %u: %u offered (the rest still open, still finishing "
+                 "the requests of an earlier close, or no relid left)",
+                 unsigned(n), unsigned(got));
         return;
     }
     case Operation::ResetLun:

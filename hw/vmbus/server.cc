@@ -163,7 +163,11 @@ void Server::close_done(uint64_t token) {
 
 bool Server::backs_live_rings(const Gpadl& g) const {
     const Offer* ch = g.child_relid && g.child_relid <= offers_.size() ? offers_[g.child_relid - 1].get() : nullptr;
-    return ch && (ch->open || ch->closing) && ch->ring_gpadl == g.id;
+    if (ch && ch->open && ch->ring_gpadl == g.id) return true;
+    // A close still running, also of an offer the guest has released since (its slot gone).
+    return std::any_of(closes_.begin(), closes_.end(), [&](const auto& c) {
+        return c.second.relid == g.child_relid && c.second.ring_gpadl == g.id;
+    });
 }
 
 bool Server::connected() const {

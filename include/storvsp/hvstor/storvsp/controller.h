@@ -37,6 +37,8 @@ struct ControllerConfig {
 constexpr uint64_t kMaxPreallocatedBytes = 512ull << 20;
 // Host memory a controller allocates once the guest has opened every subchannel.
 uint64_t preallocated_bytes(const ControllerConfig& cfg);
+// The most queues (channel objects with their request pools) a controller ever holds.
+uint64_t max_queues(const ControllerConfig& cfg);
 // False with a message naming the setting when a value is out of range or the product
 // above exceeds kMaxPreallocatedBytes. Controller::start() refuses such a configuration.
 bool validate(const ControllerConfig& cfg, std::string& err);
