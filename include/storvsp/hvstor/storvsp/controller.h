@@ -34,8 +34,8 @@ struct ControllerConfig {
 
 // Each queue preallocates its request pool (outstanding x the largest transfer's page list),
 // so the product of the three settings is host memory: bounded here, at configuration time.
-constexpr uint64_t kMaxPreallocatedBytes = 512ull << 20;
-// Host memory a controller allocates once the guest has opened every subchannel.
+constexpr uint64_t kMaxPreallocatedBytes = 1024ull << 20;
+// Host memory a controller allocates at most: every subchannel open and as many closing.
 uint64_t preallocated_bytes(const ControllerConfig& cfg);
 // The most queues (channel objects with their request pools) a controller ever holds.
 uint64_t max_queues(const ControllerConfig& cfg);
