@@ -121,6 +121,29 @@ protected:
         return s;
     }
 
+    // REPORT LUNS on `ch` (it needs no disk) is answered, with its transaction id.
+    void expect_report_luns(FakeStorvsc::Chan ch) {
+        VmscsiRequest rl = srb(0xA0, kDataRead);
+        rl.cdb_length = 12;
+        rl.cdb_or_sense[9] = 64;
+        const uint64_t id = guest.send_srb(ch, rl, kBuf + 0x10000, 64);
+        auto r = guest.wait(ch);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->trans_id, id);
+    }
+    void release_relid(uint32_t relid) {
+        vmbus::RelidReleased rr{};
+        rr.hdr.msgtype = uint32_t(vmbus::MsgType::RelidReleased);
+        rr.child_relid = relid;
+        g.post(0, 1, rr);
+    }
+    void tear_down_gpadl(uint32_t gpadl) {
+        vmbus::GpadlTeardown t{};
+        t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
+        t.gpadl = gpadl;
+        g.post(0, 1, t);
+    }
+
     // LUN 0 becomes a disk whose requests wait until gated.release_all().
     void gate_lun0() {
         gated_disk = std::make_unique<scsi::Disk>(gated, scsi::DiskConfig{}, *ctl);
@@ -701,14 +724,8 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
         guest.close(*sc); // its queue drains the held request
         guest.close(*c);  // withdraws the subchannel
         ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
-        vmbus::RelidReleased rr{};
-        rr.hdr.msgtype = uint32_t(vmbus::MsgType::RelidReleased);
-        rr.child_relid = o->child_relid;
-        g.post(0, 1, rr);
-        vmbus::GpadlTeardown t{};
-        t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
-        t.gpadl = cy.gpadl;
-        g.post(0, 1, t);
+        release_relid(o->child_relid);
+        tear_down_gpadl(cy.gpadl);
         ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
         held_subs.push_back(cy.sub_gpadl);
     }
@@ -726,10 +743,7 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
     // The old requests complete; their subchannels' closes finish with the GPADL teardowns.
     gated.release_all();
     for (uint32_t gpadl : held_subs) {
-        vmbus::GpadlTeardown t{};
-        t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
-        t.gpadl = gpadl;
-        g.post(0, 1, t);
+        tear_down_gpadl(gpadl);
         ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
     }
     guest.send(*c, ask);
@@ -738,13 +752,7 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
     ASSERT_TRUE(o) << "a drained queue serves the new subchannel";
     auto sc = guest.open(o->child_relid, 0x380000, 0x202);
     ASSERT_TRUE(sc);
-    VmscsiRequest rl = srb(0xA0, kDataRead);
-    rl.cdb_length = 12;
-    rl.cdb_or_sense[9] = 64;
-    const uint64_t id = guest.send_srb(*sc, rl, kBuf + 0x10000, 64);
-    auto r = guest.wait(*sc);
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->trans_id, id);
+    ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc));
     EXPECT_EQ(ctl->stats().channels.size(), 3u);
 }
 
@@ -774,14 +782,8 @@ TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
     guest.close(*sc); // its worker drains the 4 held requests
     guest.close(c);   // the primary's close withdraws the subchannel
     ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
-    vmbus::RelidReleased rr{};
-    rr.hdr.msgtype = uint32_t(vmbus::MsgType::RelidReleased);
-    rr.child_relid = sub;
-    g.post(0, 1, rr);
-    vmbus::GpadlTeardown t{};
-    t.hdr.msgtype = uint32_t(vmbus::MsgType::GpadlTeardown);
-    t.gpadl = 0x100;
-    g.post(0, 1, t);
+    release_relid(sub);
+    tear_down_gpadl(0x100);
     ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown)) << "primary closed";
     auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
     ASSERT_TRUE(c2);
@@ -792,19 +794,12 @@ TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
     ASSERT_TRUE(o);
     auto sc2 = guest.open(o->child_relid, kSubRings2, 0x201);
     ASSERT_TRUE(sc2) << "a fresh queue serves the new subchannel";
-    // Its own I/O works while the old requests are still held (REPORT LUNS needs no disk).
-    VmscsiRequest rl = srb(0xA0, kDataRead);
-    rl.cdb_length = 12;
-    rl.cdb_or_sense[9] = 64;
-    const uint64_t id = guest.send_srb(*sc2, rl, kBuf + 0x10000, 64);
-    auto r = guest.wait(*sc2);
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->trans_id, id);
+    // Its own I/O works while the old requests are still held.
+    ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc2));
     guest.close(*sc2); // on this thread: returns although the old queue still drains
     gated.release_all();
     // The old subchannel's close is done once its ring GPADL is torn down.
-    t.gpadl = 0x200;
-    g.post(0, 1, t);
+    tear_down_gpadl(0x200);
     ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
     EXPECT_FALSE(guest.poll(*sc2)) << "the old requests' completions reached the new ring";
     EXPECT_FALSE(guest.poll(*sc)) << "completions written into a closed ring";
