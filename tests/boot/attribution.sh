@@ -1,25 +1,26 @@
 # Per-IO latency attribution (trace = on) end to end: one QD1 libaio writer on a fixed
-# 10 ms hv-disk, nothing else running. The guest's block and SCSI tracepoints and QEMU's
+# 50 ms hv-disk, nothing else running. The guest's block and SCSI tracepoints and QEMU's
 # SRB records must account for fio's mean completion latency: the parts sum to it within 5%
-# (what is left is fio's own time between its clock and the syscalls). The host part
-# must hold the model's 10 ms, and the report must show the table and the stacked plot.
+# (what is left is fio's own time between its clock and the syscalls: 0.1-0.8 ms under TCG,
+# depending on how busy the machine is, so the device is slow enough for that to stay under
+# 2%). The host part must hold the model's 50 ms; the report must show the table and plot.
 . "$(dirname "$0")/../boot-lib.sh"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK" "$OUT"' EXIT
 
 cat > "$WORK/attrib.exp" <<'SPEC'
 [experiment]
-description = attribution check: one QD1 writer on a fixed 10 ms device
+description = attribution check: one QD1 writer on a fixed 50 ms device
 vcpus       = 2
 mem         = 512M
 repetitions = 1
-perf        = latency=10ms
+perf        = latency=50ms
 trace       = on
 fio = <<END
 [global]
 direct=1
 time_based=1
-runtime=6
+runtime=10
 [qd1]
 ioengine=libaio
 iodepth=1
@@ -48,9 +49,9 @@ clat = [f["mean"] for f in s["figures"] if f["job"] == "qd1" and f["metric"] == 
 traced = sum(v for k, v in p.items() if k != "n")
 print(f"  {p['n']} requests traced; parts {', '.join(f'{k} {v:.3f}' for k, v in p.items() if k != 'n')} ms")
 print(f"  traced {traced:.3f} ms, fio's mean completion latency {clat:.3f} ms ({(traced / clat - 1) * 100:+.1f}%)")
-ok = p["n"] >= 100 and abs(traced / clat - 1) <= 0.05 and p["host"] >= 10.0
+ok = p["n"] >= 100 and abs(traced / clat - 1) <= 0.05 and p["host"] >= 50.0
 sys.exit(0 if ok else 1)
 PY
 }
-check "the parts sum to fio's mean completion latency within 5%, the host part holds the 10 ms" sums
+check "the parts sum to fio's mean completion latency within 5%, the host part holds the 50 ms" sums
 finish
