@@ -48,3 +48,11 @@ std::string size_text(uint64_t bytes) {
 }
 
 } // namespace hvstor::backend::detail
+
+namespace hvstor::backend {
+
+int check_request(const Request& req, const Backend& be) {
+    return detail::validate(req, be.size(), be.block_size(), be.read_only());
+}
+
+} // namespace hvstor::backend

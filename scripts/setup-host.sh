@@ -16,6 +16,8 @@ PKGS=(
   seabios qemu-system-data ipxe-qemu
   busybox-static cpio zstd xz-utils kmod dpkg-dev
   gnuplot-nox
+  # qemu-img, for the qcow2 images of tests/boot/drive.sh
+  qemu-utils
   # tests/fuzz: clang, its sanitizer and libFuzzer runtimes (libclang-rt-dev pulls in
   # libclang-rt-14-dev, which ships libclang_rt.fuzzer-x86_64.a for bookworm's clang 14),
   # and llvm-profdata/llvm-cov for fuzz.sh --coverage.

@@ -106,7 +106,7 @@ public:
             std::lock_guard lock(mu_);
             const Nanos now = tick();
             for (Request* r : reqs) {
-                const int e = backend::detail::validate(*r, inner_->size(), inner_->block_size(), inner_->read_only());
+                const int e = backend::check_request(*r, *inner_);
                 if (e != 0) {
                     r->result = e;
                     stats_.rejected();

@@ -63,6 +63,7 @@ hvstor::capi::DiskSpec to_cpp(const HvstorDiskConfig& c) {
     s.perf = str(c.perf);
     s.name = str(c.name);
     s.fault = str(c.fault);
+    if (c.block) s.block = *c.block;
     return s;
 }
 

@@ -1,5 +1,7 @@
 #include "disk_factory.h"
 
+#include "drive_backend.h"
+
 #include <cerrno>
 #include <utility>
 
@@ -86,6 +88,8 @@ void AttachedDisk::set_fault(std::string_view text) {
 std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec) {
     std::string err;
     std::unique_ptr<backend::Backend> be;
+    if (spec.block && spec.backend != "drive")
+        throw DiskError("drive= takes the place of a backend; backend=" + spec.backend + " goes without it");
     if (spec.backend == "file") {
         if (spec.path.empty()) throw DiskError("backend=file needs file=PATH");
         be = backend::open_file(spec.path, backend::FileOptions{spec.read_only, spec.direct}, err);
@@ -95,10 +99,15 @@ std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec
                             std::to_string(spec.size));
         be = spec.backend == "ram" ? backend::make_ram(spec.size, err) : backend::make_null(spec.size, err);
         if (be && spec.read_only) be = std::make_unique<ReadOnlyBackend>(std::move(be));
+    } else if (spec.backend == "drive") {
+        if (!spec.block) throw DiskError("backend=drive needs drive=ID");
+        be = make_drive_backend(*spec.block);
+        // QEMU opened the drive read-only, or the user asked for it on the disk only.
+        if (spec.read_only && !be->read_only()) be = std::make_unique<ReadOnlyBackend>(std::move(be));
     } else if (spec.backend.empty()) {
-        throw DiskError("no backend: give file=PATH, or backend=ram|null with size=");
+        throw DiskError("no backend: give file=PATH, drive=ID, or backend=ram|null with size=");
     } else {
-        throw DiskError("backend must be file, ram or null, not '" + spec.backend + "'");
+        throw DiskError("backend must be file, ram, null or drive, not '" + spec.backend + "'");
     }
     if (!be) throw DiskError(err);
     return be;

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "hvstor/backend/backend.h"
+#include "hvstor/capi.h"
 #include "hvstor/perf/clock.h"
 #include "hvstor/perf/model.h"
 #include "hvstor/perf/vm.h"
@@ -22,8 +24,9 @@ namespace hvstor::capi {
 
 // What an hv-disk's properties ask for.
 struct DiskSpec {
-    std::string backend;  // "file", "ram" or "null"
+    std::string backend;  // "file", "ram", "null" or "drive"
     std::string path;     // file
+    std::optional<HvstorBlockOps> block;  // drive: the glue's storage (QEMU's block layer)
     uint64_t size = 0;    // ram, null: bytes, a non-zero multiple of 512
     bool read_only = false;
     bool direct = true;   // file: O_DIRECT where the file system allows it
@@ -89,7 +92,7 @@ public:
     // Builds the disk `spec` describes and attaches it to `ctl`. Throws DiskError.
     std::unique_ptr<AttachedDisk> attach(storvsp::Controller& ctl, const DiskSpec& spec) const;
 
-    // The storage alone (no model): the file, RAM or null backend, read-only if asked.
+    // The storage alone (no model): the file, RAM, null or drive backend, read-only if asked.
     // Throws DiskError.
     static std::unique_ptr<backend::Backend> open_storage(const DiskSpec& spec);
 

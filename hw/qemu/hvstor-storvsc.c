@@ -6,6 +6,11 @@
  *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES]
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
  *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...]
+ *   -device hv-disk,bus=scsi0.0,lun=2,drive=DRIVE[,iothread=IOTHREAD]
+ *
+ * drive= puts the disk on QEMU's block layer (-drive if=none / -blockdev: qcow2, backing
+ * chains, throttling); its I/O runs in an IOThread, iothread= or one of its own
+ * (hvstor-drive.c, docs/drive.md).
  *
  * Disks can be added and removed while the guest runs (QMP device_add and
  * device_del of hv-disk); the guest is told to rescan its bus each time.
@@ -27,6 +32,7 @@
 #include "hw/qdev-core.h"
 #include "hw/qdev-properties.h"
 #include "hw/qdev-properties-system.h"
+#include "hvstor-drive.h"
 #include "hvstor-vmbus.h"
 
 #define TYPE_HV_STORVSC "hv-storvsc"
@@ -63,6 +69,9 @@ struct HvDisk {
     char *serial;
     char *perf;
     char *fault;  /* also settable while the guest runs (qom-set) */
+    BlockConf conf;      /* drive= */
+    IOThread *iothread;  /* iothread=, for drive= */
+    HvDrive *drive;
     HvstorDisk *disk;
 };
 
@@ -153,6 +162,17 @@ static void hv_storvsc_class_init(ObjectClass *klass, void *data)
     object_class_property_add_str(klass, "stats", hv_storvsc_get_stats, NULL);
 }
 
+/* drive=: the block layer's storage in place of file= or backend=. */
+static bool hv_disk_open_drive(HvDisk *d, HvstorBlockOps *ops, Error **errp)
+{
+    if (d->file || d->backend) {
+        error_setg(errp, "hv-disk: drive= takes the place of file= and backend=");
+        return false;
+    }
+    d->drive = hv_drive_new(&d->conf, d->iothread, d->readonly, ops, errp);
+    return d->drive != NULL;
+}
+
 static void hv_disk_realize(DeviceState *dev, Error **errp)
 {
     HvDisk *d = HV_DISK(dev);
@@ -169,16 +189,29 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
         .name = dev->id,
         .fault = d->fault,
     };
+    HvstorBlockOps block;
     char *err = NULL;
 
+    if (d->conf.blk) {
+        if (!hv_disk_open_drive(d, &block, errp)) {
+            return;
+        }
+        cfg.backend = "drive";
+        cfg.block = &block;
+    } else if (d->iothread) {
+        error_setg(errp, "hv-disk: iothread= goes with drive=");
+        return;
+    }
     if (!cfg.backend) {
-        error_setg(errp, "hv-disk: give file=PATH, or backend=ram|null with size=");
+        error_setg(errp, "hv-disk: give file=PATH, drive=ID, or backend=ram|null with size=");
         return;
     }
     d->disk = hvstor_disk_new(ctl->ctl, &cfg, &err);
     if (!d->disk) {
         error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
         free(err);
+        hv_drive_free(d->drive);
+        d->drive = NULL;
     }
 }
 
@@ -198,6 +231,8 @@ static void hv_disk_unrealize(DeviceState *dev)
         free(err);
     }
     d->disk = NULL;
+    hv_drive_free(d->drive);
+    d->drive = NULL;
 }
 
 static const Property hv_disk_props[] = {
@@ -209,6 +244,8 @@ static const Property hv_disk_props[] = {
     DEFINE_PROP_BOOL("direct", HvDisk, direct, true),
     DEFINE_PROP_STRING("serial", HvDisk, serial),
     DEFINE_PROP_STRING("perf", HvDisk, perf),
+    DEFINE_PROP_DRIVE("drive", HvDisk, conf.blk),
+    DEFINE_PROP_LINK("iothread", HvDisk, iothread, TYPE_IOTHREAD, IOThread *),
 };
 
 /* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */

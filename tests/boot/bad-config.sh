@@ -15,8 +15,14 @@ expect_refusal "instance.* doesn.t take value" -device hv-storvsc,instance=not-a
 expect_refusal "max-transfer must be" -device hv-storvsc,max-transfer=1000
 expect_refusal "hv-disk lun 0: .*nonexistent" -device hv-storvsc,id=s -device hv-disk,bus=s.0,file=/nonexistent/disk.img
 expect_refusal "backend=ram needs size=" -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=ram
-expect_refusal "backend must be file, ram or null" -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=tape,size=1M
-expect_refusal "give file=PATH" -device hv-storvsc,id=s -device hv-disk,bus=s.0
+expect_refusal "backend must be file, ram, null or drive" -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=tape,size=1M
+expect_refusal "give file=PATH, drive=ID" -device hv-storvsc,id=s -device hv-disk,bus=s.0
+expect_refusal "drive= takes the place of file= and backend=" -drive if=none,id=d,driver=null-co \
+  -device hv-storvsc,id=s -device hv-disk,bus=s.0,drive=d,backend=null,size=1M
+expect_refusal "iothread= goes with drive=" -object iothread,id=io0 \
+  -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=null,size=1M,iothread=io0
+expect_refusal "Property 'hv-disk.drive' can't find value 'nosuch'" \
+  -device hv-storvsc,id=s -device hv-disk,bus=s.0,drive=nosuch
 expect_refusal "lun 2 is already in use" -device hv-storvsc,id=s \
   -device hv-disk,bus=s.0,lun=2,backend=null,size=1M -device hv-disk,bus=s.0,lun=2,backend=null,size=1M
 expect_refusal "lun must be below" -device hv-storvsc,id=s -device hv-disk,bus=s.0,lun=200,backend=null,size=1M

@@ -107,9 +107,9 @@ TEST_F(DiskFactoryTest, SizesMustBeNonZeroMultiplesOf512) {
 TEST_F(DiskFactoryTest, BackendIsNamedInTheError) {
     DiskSpec s = ram(4096);
     s.backend = "disk";
-    EXPECT_EQ(refusal(s), "backend must be file, ram or null, not 'disk'");
+    EXPECT_EQ(refusal(s), "backend must be file, ram, null or drive, not 'disk'");
     s.backend = "";
-    EXPECT_EQ(refusal(s), "no backend: give file=PATH, or backend=ram|null with size=");
+    EXPECT_EQ(refusal(s), "no backend: give file=PATH, drive=ID, or backend=ram|null with size=");
     s.backend = "file";
     EXPECT_EQ(refusal(s), "backend=file needs file=PATH");
     s.path = "/nonexistent/capi-test.img";

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "hvstor/trace_events.h"
 
@@ -107,8 +108,49 @@ HvstorController *hvstor_controller_new(HvstorVmbus *vb, const uint8_t instance[
 /* A SCSI disk on one LUN of a controller. */
 typedef struct HvstorDisk HvstorDisk;
 
+/*
+ * Storage the glue provides: QEMU's block layer behind hv-disk's drive= (backend "drive").
+ * The device model hands it well-formed requests only (in range, block aligned, no
+ * modifying one when read_only).
+ *
+ * submit: from any thread (a channel worker); must not block. The glue completes every
+ * request exactly once with hvstor_block_complete(token, result), from any thread,
+ * possibly before submit returns.
+ * drain: returns once every request submitted so far has completed (its
+ * hvstor_block_complete returned); called with no submit running or to come (the disk
+ * is off its LUN), from the thread that frees the disk.
+ */
+typedef enum HvstorBlockOp {
+    HVSTOR_BLOCK_READ = 0,
+    HVSTOR_BLOCK_WRITE = 1,
+    HVSTOR_BLOCK_FLUSH = 2,
+    HVSTOR_BLOCK_DISCARD = 3,       /* may read back as anything */
+    HVSTOR_BLOCK_WRITE_ZEROES = 4,  /* reads back as zeros */
+} HvstorBlockOp;
+
+typedef struct HvstorBlockIo {
+    HvstorBlockOp op;
+    bool fua;                 /* write: on stable storage before completion */
+    uint64_t offset, length;  /* bytes, multiples of 512; none for a flush */
+    const struct iovec *iov;  /* read, write: guest memory, `length` bytes in all; valid
+                                 until the request completes */
+    uint32_t iovcnt;
+} HvstorBlockIo;
+
+typedef struct HvstorBlockOps {
+    void *opaque;
+    uint64_t size;            /* bytes, a non-zero multiple of 512 */
+    bool read_only;
+    const char *name;         /* what the disk is built on, e.g. "drive:drive0 (qcow2)" */
+    void (*submit)(void *opaque, const HvstorBlockIo *io, void *token);
+    void (*drain)(void *opaque);
+} HvstorBlockOps;
+
+/* result: 0 or -errno. Exactly once per submitted request; token is invalid afterwards. */
+void hvstor_block_complete(void *token, int result);
+
 typedef struct HvstorDiskConfig {
-    const char *backend;  /* "file", "ram" or "null" */
+    const char *backend;  /* "file", "ram", "null" or "drive" */
     const char *path;     /* file */
     uint64_t size;        /* ram, null: bytes, a multiple of 512 */
     bool read_only;
@@ -126,6 +168,8 @@ typedef struct HvstorDiskConfig {
      * (include/scsi/hvstor/scsi/fault.h, docs/fault-injection.md); NULL or "" for none.
      */
     const char *fault;
+    /* drive: the storage; copied, and used until the disk is freed. NULL otherwise. */
+    const HvstorBlockOps *block;
 } HvstorDiskConfig;
 
 /*

@@ -61,6 +61,11 @@ public:
     virtual void drain() = 0;
 };
 
+// 0 when `req` is well formed for `be` (its op, range, alignment and buffers), else what
+// every backend completes such a request with: -EINVAL, or -EROFS for a modifying op on a
+// read-only backend. For backends and wrappers that hand requests on to storage of their own.
+int check_request(const Request& req, const Backend& be);
+
 struct FileOptions {
     bool read_only = false;
     bool direct = true;  // O_DIRECT when the file system allows it (falls back otherwise)

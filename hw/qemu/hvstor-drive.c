@@ -1,0 +1,228 @@
+/*
+ * hv-disk's drive=: the disk's storage is a QEMU BlockBackend (-drive, -blockdev: raw,
+ * qcow2, backing chains, throttle groups, snapshots), running in an IOThread.
+ *
+ * The device model submits from its channel workers (any thread). Each request is put on
+ * a lock-free list and a bottom half in the drive's AioContext starts it there, as the
+ * block layer requires; completions come back in that AioContext and go straight to the
+ * model. The AioContext is an IOThread's, the user's (iothread=ID) or one of the drive's
+ * own: never the main loop's, which a machine reset blocks while it waits for the guest's
+ * requests to finish.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu/osdep.h"
+#include "qemu/iov.h"
+#include "qemu/queue.h"
+#include "qapi/error.h"
+#include "block/aio.h"
+#include "hw/block/block.h"
+#include "system/block-backend.h"
+#include "system/iothread.h"
+#include "hvstor-drive.h"
+
+/*
+ * Discards and zeroed ranges go to the block layer in pieces no larger than this: its
+ * write-zeroes path refuses requests of 2 GiB, which UNMAP and WRITE SAME may ask for.
+ */
+#define HV_DRIVE_PIECE (1ULL << 30)
+
+typedef struct HvDriveReq HvDriveReq;
+
+struct HvDrive {
+    BlockBackend *blk;
+    AioContext *ctx;
+    IOThread *own_iothread; /* NULL when the user named one */
+    QEMUBH *bh;
+    QSLIST_HEAD(, HvDriveReq) pending; /* pushed from any thread, taken by bh */
+    char *name;
+};
+
+struct HvDriveReq {
+    QSLIST_ENTRY(HvDriveReq) next;
+    HvDrive *drv;
+    HvstorBlockIo io;
+    void *token;
+    QEMUIOVector qiov;
+    unsigned pieces; /* block-layer requests still running */
+    int ret;         /* the first error among them */
+};
+
+static unsigned drive_count;
+
+/* In the drive's AioContext, once per block-layer request. */
+static void hv_drive_piece_done(void *opaque, int ret)
+{
+    HvDriveReq *req = opaque;
+
+    if (ret < 0 && req->ret == 0) {
+        req->ret = ret;
+    }
+    if (--req->pieces > 0) {
+        return;
+    }
+    hvstor_block_complete(req->token, req->ret);
+    g_free(req);
+}
+
+static void hv_drive_start_ranged(HvDriveReq *req)
+{
+    BlockBackend *blk = req->drv->blk;
+    uint64_t at = req->io.offset, end = req->io.offset + req->io.length;
+
+    /* Counted before the first starts: a piece may complete at once. */
+    req->pieces = MAX(1, DIV_ROUND_UP(req->io.length, HV_DRIVE_PIECE));
+    do {
+        uint64_t n = MIN(end - at, HV_DRIVE_PIECE);
+
+        if (req->io.op == HVSTOR_BLOCK_DISCARD) {
+            blk_aio_pdiscard(blk, at, n, hv_drive_piece_done, req);
+        } else {
+            blk_aio_pwrite_zeroes(blk, at, n, 0, hv_drive_piece_done, req);
+        }
+        at += n;
+    } while (at < end);
+}
+
+static void hv_drive_start(HvDriveReq *req)
+{
+    BlockBackend *blk = req->drv->blk;
+
+    req->pieces = 1;
+    switch (req->io.op) {
+    case HVSTOR_BLOCK_READ:
+    case HVSTOR_BLOCK_WRITE:
+        /* The iovec is guest memory the model mapped; it stays until completion. */
+        qemu_iovec_init_external(&req->qiov, (struct iovec *)req->io.iov, req->io.iovcnt);
+        if (req->io.op == HVSTOR_BLOCK_READ) {
+            blk_aio_preadv(blk, req->io.offset, &req->qiov, 0, hv_drive_piece_done, req);
+        } else {
+            blk_aio_pwritev(blk, req->io.offset, &req->qiov, req->io.fua ? BDRV_REQ_FUA : 0,
+                            hv_drive_piece_done, req);
+        }
+        break;
+    case HVSTOR_BLOCK_FLUSH:
+        blk_aio_flush(blk, hv_drive_piece_done, req);
+        break;
+    case HVSTOR_BLOCK_DISCARD:
+    case HVSTOR_BLOCK_WRITE_ZEROES:
+        hv_drive_start_ranged(req);
+        break;
+    default:
+        hv_drive_piece_done(req, -EINVAL);
+        break;
+    }
+}
+
+/* Bottom half in the drive's AioContext: starts what the workers queued, oldest first. */
+static void hv_drive_run(void *opaque)
+{
+    HvDrive *drv = opaque;
+    QSLIST_HEAD(, HvDriveReq) taken, ordered = QSLIST_HEAD_INITIALIZER(ordered);
+    HvDriveReq *req;
+
+    QSLIST_MOVE_ATOMIC(&taken, &drv->pending);
+    while ((req = QSLIST_FIRST(&taken))) {
+        QSLIST_REMOVE_HEAD(&taken, next);
+        QSLIST_INSERT_HEAD(&ordered, req, next);
+    }
+    while ((req = QSLIST_FIRST(&ordered))) {
+        QSLIST_REMOVE_HEAD(&ordered, next);
+        hv_drive_start(req);
+        /* The block layer counts it from here on (see hv_drive_submit). */
+        blk_dec_in_flight(drv->blk);
+    }
+}
+
+/* HvstorBlockOps.submit: any thread, never blocks. */
+static void hv_drive_submit(void *opaque, const HvstorBlockIo *io, void *token)
+{
+    HvDrive *drv = opaque;
+    HvDriveReq *req = g_new0(HvDriveReq, 1);
+
+    req->drv = drv;
+    req->io = *io;
+    req->token = token;
+    /* Counted while queued, so blk_drain and drained sections wait for it too. */
+    blk_inc_in_flight(drv->blk);
+    QSLIST_INSERT_HEAD_ATOMIC(&drv->pending, req, next);
+    qemu_bh_schedule(drv->bh);
+}
+
+/* HvstorBlockOps.drain: the main thread, when the disk is freed. */
+static void hv_drive_drain(void *opaque)
+{
+    HvDrive *drv = opaque;
+
+    blk_drain(drv->blk);
+}
+
+HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
+                      HvstorBlockOps *ops, Error **errp)
+{
+    BlockBackend *blk = conf->blk;
+    g_autofree char *id = g_strdup_printf("hv-drive%u", drive_count++);
+    HvDrive *drv;
+    int64_t size;
+
+    read_only = read_only || !blk_supports_write_perm(blk);
+    /* Errors are the guest's to see: no rerror/werror actions (see docs/drive.md). */
+    conf->rerror = BLOCKDEV_ON_ERROR_REPORT;
+    conf->werror = BLOCKDEV_ON_ERROR_REPORT;
+    if (!blkconf_apply_backend_options(conf, read_only, true, errp)) {
+        return NULL;
+    }
+    size = blk_getlength(blk);
+    if (size < 0) {
+        error_setg_errno(errp, -size, "drive %s: cannot get its length", blk_name(blk));
+        return NULL;
+    }
+
+    drv = g_new0(HvDrive, 1);
+    drv->blk = blk;
+    if (!iothread) {
+        drv->own_iothread = iothread_create(id, errp);
+        if (!drv->own_iothread) {
+            g_free(drv);
+            return NULL;
+        }
+        iothread = drv->own_iothread;
+    }
+    drv->ctx = iothread_get_aio_context(iothread);
+    if (blk_set_aio_context(blk, drv->ctx, errp) < 0) {
+        if (drv->own_iothread) {
+            iothread_destroy(drv->own_iothread);
+        }
+        g_free(drv);
+        return NULL;
+    }
+    drv->bh = aio_bh_new(drv->ctx, hv_drive_run, drv);
+    drv->name = g_strdup_printf("drive:%s%s", blk_name(blk), read_only ? " (read-only)" : "");
+
+    *ops = (HvstorBlockOps) {
+        .opaque = drv,
+        .size = size,
+        .read_only = read_only,
+        .name = drv->name,
+        .submit = hv_drive_submit,
+        .drain = hv_drive_drain,
+    };
+    return drv;
+}
+
+void hv_drive_free(HvDrive *drv)
+{
+    if (!drv) {
+        return;
+    }
+    /* Nothing is queued: the disk was freed, which drained the drive. */
+    assert(QSLIST_EMPTY(&drv->pending));
+    qemu_bh_delete(drv->bh);
+    /* Back to the main loop, where the drive lives between users. */
+    blk_set_aio_context(drv->blk, qemu_get_aio_context(), NULL);
+    if (drv->own_iothread) {
+        iothread_destroy(drv->own_iothread);
+    }
+    g_free(drv->name);
+    g_free(drv);
+}
