@@ -22,6 +22,9 @@ public:
     bool read_only() const override { return true; }
     std::string describe() const override { return inner_->describe() + " (read-only)"; }
     void drain() override { inner_->drain(); }
+    // RAM and null keep their bytes in memory or nowhere: a read-only disk may still change
+    // its capacity, as a host resizing a read-only volume would.
+    bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
 
     void submit(std::span<backend::Request* const> reqs) override {
         // A batch of reads and flushes passes whole, so the inner backend still sees batches.
@@ -81,6 +84,11 @@ void AttachedDisk::set_fault(std::string_view text) {
     std::string err;
     if (!scsi::parse_fault(text, f, err)) throw DiskError(err);
     disk_->set_fault(f);
+}
+
+void AttachedDisk::resize(uint64_t bytes) {
+    std::string err;
+    if (!disk_->resize(bytes, err)) throw DiskError(err);
 }
 
 std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec) {
