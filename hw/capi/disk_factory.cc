@@ -76,6 +76,7 @@ std::string AttachedDisk::stats_json() {
         .num("errors", s.errors.load())
         .num("faults", s.faults.load())
         .num("stalled", s.stalled.load())
+        .num("unit_attentions", s.unit_attentions.load())
         .done();
 }
 

@@ -98,6 +98,7 @@ bool Disk::report_capacity_change(Command& cmd) {
     const uint8_t opcode = cmd.cdb[0];
     if (cmd.cdb_len == 0 || opcode == detail::op::kInquiry || opcode == detail::op::kReportLuns) return false;
     if (!capacity_changed_.exchange(false, std::memory_order_acq_rel)) return false;
+    stats_.unit_attentions.fetch_add(1, std::memory_order_relaxed);
     if (opcode == detail::op::kRequestSense)
         detail::reply_sense_data(cmd, kSenseUnitAttention, detail::kCapacityDataChanged);
     else

@@ -322,7 +322,7 @@ TEST_F(CAbiTest, StatsJsonEscapesTheName) {
     char* json = hvstor_disk_stats_json(disk);
     ASSERT_NE(json, nullptr);
     EXPECT_STREQ(json, R"({"disk":"q\"uote\\slash","model":false,"reads":0,"writes":0,)"
-                       R"("bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0})");
+                       R"("bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0,"unit_attentions":0})");
     std::free(json);
 }
 

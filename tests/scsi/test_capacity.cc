@@ -85,6 +85,7 @@ TEST_F(CapacityTest, TheNextCommandGetsOneUnitAttentionThenTheNewSize) {
     EXPECT_EQ(last_lba16(), 3 * kMiB / 512 - 1);
     EXPECT_EQ(rig.disk.blocks(), 3 * kMiB / 512);
     EXPECT_EQ(rig.disk.stats().errors.load(), 2u);
+    EXPECT_EQ(rig.disk.stats().unit_attentions.load(), 2u);
 }
 
 TEST_F(CapacityTest, InquiryPassesItByAndRequestSenseReturnsIt) {
@@ -231,6 +232,7 @@ TEST(CapacityRace, ExactlyOneUnitAttentionPerChange) {
     EXPECT_EQ(sink.unit_attentions.load(), kChanges);
     EXPECT_EQ(sink.other_errors.load(), 0u);
     EXPECT_EQ(sink.done.load(), submitted.load());
+    EXPECT_EQ(disk.stats().unit_attentions.load(), kChanges);
 }
 
 } // namespace

@@ -72,6 +72,7 @@ struct DiskStats {
     std::atomic<uint64_t> errors{0};  // commands ending in CHECK CONDITION
     std::atomic<uint64_t> faults{0};  // injected (fault.h): failed or stalled
     std::atomic<uint64_t> stalled{0}; // held by a stall fault right now
+    std::atomic<uint64_t> unit_attentions{0}; // capacity changes reported (resize())
 };
 
 namespace detail {
