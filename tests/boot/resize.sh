@@ -6,7 +6,8 @@
 # CHANGED, on which storvsc requeues it and rescans the disk, until /sys/block/sda/size
 # shows the new size. The guest then checks its pattern, writes and reads back past the
 # old end, and prints what it logged; the second change runs with hv_storvsc's
-# logging_level=2, which also logs the sense. Bad sizes are refused with their reason.
+# logging_level=2, which also logs the sense. Then the host shrinks it back to 96 MiB. Bad
+# sizes are refused with their reason.
 # Every wait ends on a console marker or when QEMU ends: the only clock is the boot timeout.
 # HVSTOR_TRACE_LOG=FILE keeps QEMU's trace of every SRB (opcode, status) in FILE.
 . "$(dirname "$0")/../boot-lib.sh"
@@ -53,6 +54,7 @@ verify() { # $1: the size in sectors before the change, $2: after it
 }
 wait_size 196608
 verify "$OLD" 196608
+cp /tmp/tail /tmp/at95  # the MiB that ends the disk at 96 MiB
 echo "PHASE1-DONE"
 dmesg | grep -E 'capacity change|logical blocks|Capacity data|Unit Attention|srb 0x84' | sed 's/^/DMESG1 /'
 echo 2 >/sys/module/hv_storvsc/parameters/logging_level
@@ -61,6 +63,13 @@ wait_size 262144
 verify 196608 262144
 echo "PHASE2-DONE"
 dmesg | grep -E 'capacity change|logical blocks|Capacity data|Unit Attention|srb 0x84' | sed 's/^/DMESG2 /'
+wait_size 196608
+same /tmp/head 0 && echo "HEAD-KEPT-AFTER-SHRINK"
+same /tmp/at95 95 && echo "NEW-END-KEPT-AFTER-SHRINK"
+dd if=/dev/$D of=/tmp/past bs=$MIB skip=95 count=2 iflag=direct 2>/dev/null
+echo "READ-ACROSS-NEW-END $? $(wc -c </tmp/past) bytes"
+echo "PHASE3-DONE"
+dmesg | grep -E 'capacity change from 262144|srb 0x84' | sed 's/^/DMESG3 /'
 # Idle until the host has counted every request (it then plugs a second disk).
 n=0
 while [ "$n" -lt 1200 ] && [ "$(ls /sys/block | grep -c '^sd')" -lt 2 ]; do sleep 0.25; n=$((n + 1)); done
@@ -110,6 +119,7 @@ try:
     grow(q, 96 * MIB, 'PHASE1-DONE')
     q.wait_until(lambda: console_has(console, 'LOGGING-WARN'), alive)
     grow(q, 128 * MIB, 'PHASE2-DONE')
+    grow(q, 96 * MIB, 'PHASE3-DONE')  # a shrink: the file keeps its 128 MiB
     # The guest is idle now: a completion lost or sent twice would show here (or the
     # wait would end only with QEMU).
     q.wait_until(lambda: settled(q), alive)
@@ -129,8 +139,8 @@ boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$IMAGE" -- \
 
 # Guest time from each command storvsc logged failing with SRB status 0x84 (the one that
 # met the unit attention) to the capacity change it logged next, in ms.
-rescan_ms() {
-  awk '/^DMESG2 / && match($0, /\[ *[0-9]+\.[0-9]+\]/) {
+rescan_ms() { # $1: the DMESG prefix to read
+  awk -v p="^$1 " '$0 ~ p && match($0, /\[ *[0-9]+\.[0-9]+\]/) {
          t = substr($0, RSTART + 1, RLENGTH - 2) + 0
          if ($0 ~ /srb 0x84/) t0 = t
          else if ($0 ~ /detected capacity change/ && t0 != "") { printf "%s%.1f", sep, (t - t0) * 1000; sep = " "; t0 = "" }
@@ -152,7 +162,12 @@ check "grow to 96 MiB: the file grew" has '^host: CAPACITY 100663296 FILE 100663
 check "grow to 96 MiB: the guest's disk grew" has '^SIZE-NOW 196608$'
 check "grow to 128 MiB: the file grew" has '^host: CAPACITY 134217728 FILE 134217728$'
 check "grow to 128 MiB: the guest's disk grew" has '^SIZE-NOW 262144$'
-check "exactly one unit attention per change" count_is '^host: UNIT-ATTENTIONS 1$' 2
+check "shrink to 96 MiB: the file keeps its length" has '^host: CAPACITY 100663296 FILE 134217728$'
+check "shrink to 96 MiB: the guest's disk shrank" has '^DMESG3 .*sda: detected capacity change from 262144 to 196608'
+check "shrink: the data at the start survived" has '^HEAD-KEPT-AFTER-SHRINK$'
+check "shrink: ... and so did the data at the new end" has '^NEW-END-KEPT-AFTER-SHRINK$'
+check "shrink: a read across the new end stops there" has '^READ-ACROSS-NEW-END 0 1048576 bytes$'
+check "exactly one unit attention per change" count_is '^host: UNIT-ATTENTIONS 1$' 3
 check "the guest's reads never failed" lacks '^POLL-READ-FAILED$'
 check "the pattern at the start survived both changes" count_is '^HEAD-KEPT$' 2
 check "the data at the old end survived" count_is '^OLD-END-KEPT$' 2
@@ -166,6 +181,6 @@ check "the guest logged the capacity change (default logging)" \
 check "with logging_level=2 storvsc logs the sense" has '^DMESG2 .*Add. Sense: Capacity data has changed'
 check "every request completed exactly once" \
   has '^host: CONTROLLER srbs=([0-9]+) completions=\1 outstanding=0$'
-grep -E '^(SIZE-|DMESG2|host: (CAPACITY|BAD|AFTER|UNIT|CONTROLLER|DISK))' "$OUT" | sed 's/^/  /'
-echo "  guest time from the failed command to the new capacity, per change: $(rescan_ms) ms"
+grep -E '^(SIZE-|DMESG2|DMESG3 .*capacity|READ-ACROSS|host: (CAPACITY|BAD|AFTER|UNIT|CONTROLLER|DISK))' "$OUT" | sed 's/^/  /'
+echo "  guest time from the failed command to the new capacity, per change: $(rescan_ms DMESG2) $(rescan_ms DMESG3) ms"
 finish
