@@ -157,9 +157,8 @@ bool FileBackend::grow(uint64_t old, uint64_t bytes, std::string& err) {
         }
     }
     if (bytes <= len) return true;
-    const int e = bytes > static_cast<uint64_t>(INT64_MAX)                             ? EFBIG
-                  : ftruncate(s_.buffered.get(), static_cast<off_t>(bytes)) == 0 ? 0
-                                                                                   : errno;
+    int e = EFBIG;  // beyond what off_t holds
+    if (bytes <= static_cast<uint64_t>(INT64_MAX)) e = ftruncate(s_.buffered.get(), static_cast<off_t>(bytes)) == 0 ? 0 : errno;
     if (e == 0) return true;
     err = who + "cannot grow the file to " + std::to_string(bytes) + " bytes: " + errno_text(e);
     return false;
