@@ -8,9 +8,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "validate.h"
@@ -102,6 +104,66 @@ std::string FileBackend::describe() const {
     return d;
 }
 
+// How many bytes the file (or device) holds now.
+bool FileBackend::storage_length(uint64_t& len, std::string& err) const {
+    const std::string who = "file backend: " + s_.path + ": ";
+    if (s_.block_device) {
+        if (ioctl(s_.buffered.get(), BLKGETSIZE64, &len) == 0) return true;
+        err = who + "BLKGETSIZE64: " + errno_text(errno);
+        return false;
+    }
+    struct stat st {};
+    if (fstat(s_.buffered.get(), &st) == 0) {
+        len = static_cast<uint64_t>(st.st_size);
+        return true;
+    }
+    err = who + "fstat: " + errno_text(errno);
+    return false;
+}
+
+// A shrink only lowers the size requests are checked against: the file keeps its length,
+// so a write admitted before still lands inside it, and nothing past the new end is lost
+// until a grow exposes it again (zeroed then).
+bool FileBackend::resize(uint64_t bytes, std::string& err) {
+    const std::string who = "file backend: " + s_.path;
+    if (!resizable(who, bytes, kBlock, err)) return false;
+    if (s_.read_only) {
+        err = who + ": read-only, its size cannot change";
+        return false;
+    }
+    std::lock_guard lock(resize_mu_);
+    const uint64_t old = size_.load(std::memory_order_relaxed);
+    if (bytes > old && !grow(old, bytes, err)) return false;
+    size_.store(bytes, std::memory_order_release);
+    return true;
+}
+
+// Makes [old, bytes) readable as zeros: what an earlier shrink left in the file is zeroed,
+// and a file shorter than `bytes` is extended (a block device cannot be).
+bool FileBackend::grow(uint64_t old, uint64_t bytes, std::string& err) {
+    const std::string who = "file backend: " + s_.path + ": ";
+    uint64_t len = 0;
+    if (!storage_length(len, err)) return false;
+    if (bytes > len && s_.block_device) {
+        err = who + "cannot grow to " + std::to_string(bytes) + " bytes, the device holds " + std::to_string(len);
+        return false;
+    }
+    const uint64_t stale_end = std::min(bytes, len);
+    if (stale_end > old) {
+        const int r = zero_range(old, stale_end - old);
+        if (r != 0) {
+            err = who + "zeroing the bytes a grow exposes: " + errno_text(-r);
+            return false;
+        }
+    }
+    if (bytes <= len) return true;
+    int e = EFBIG;  // beyond what off_t holds
+    if (bytes <= static_cast<uint64_t>(INT64_MAX)) e = ftruncate(s_.buffered.get(), static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+    if (e == 0) return true;
+    err = who + "cannot grow the file to " + std::to_string(bytes) + " bytes: " + errno_text(e);
+    return false;
+}
+
 FileIo* FileBackend::acquire() {
     std::lock_guard lock(pool_mu_);
     if (pool_free_.empty()) return &pool_storage_.emplace_back();
@@ -141,7 +203,7 @@ void FileBackend::submit(std::span<Request* const> reqs) {
     size_t n = 0;
     uint64_t completed_here = 0;
     for (Request* req : reqs) {
-        const int r = validate(*req, s_.size, kBlock, s_.read_only);
+        const int r = validate(*req, size(), kBlock, s_.read_only);
         // Nothing to move for an empty range; an empty iovec list would only trouble the
         // kernel.
         if (r != 0 || (req->op != Op::Flush && req->length == 0)) {

@@ -87,15 +87,18 @@ public:
     FileBackend(const FileBackend&) = delete;
     FileBackend& operator=(const FileBackend&) = delete;
 
-    uint64_t size() const override { return s_.size; }
+    uint64_t size() const override { return size_.load(std::memory_order_acquire); }
     uint32_t block_size() const override { return 512; }
     bool read_only() const override { return s_.read_only; }
     std::string describe() const override;
     void submit(std::span<Request* const> reqs) override;
     void drain() override { inflight_.wait(); }
+    bool resize(uint64_t bytes, std::string& err) override;
 
 private:
-    explicit FileBackend(FileSetup setup) : s_(std::move(setup)) {}
+    explicit FileBackend(FileSetup setup) : s_(std::move(setup)), size_(s_.size) {}
+    bool storage_length(uint64_t& len, std::string& err) const;
+    bool grow(uint64_t old, uint64_t bytes, std::string& err);
     bool start(std::string& err);
 
     bool direct_ok(const Request& req) const;
@@ -117,8 +120,13 @@ private:
     int run_sync(FileIo& io);
     int transfer_sync(FileIo& io);
     int write_zeros_sync(uint64_t offset, uint64_t length);
+    int zero_range(uint64_t offset, uint64_t length);
 
     FileSetup s_;
+    // The disk's size: s_.size at open, then what resize() made it. The file may be longer
+    // (a shrink leaves it as it is).
+    std::atomic<uint64_t> size_;
+    std::mutex resize_mu_;
     io_context_t ctx_ = nullptr;
     unsigned ctx_depth_ = 0;
     Fd efd_;  // signalled by every AIO completion, and once more to stop the reaper

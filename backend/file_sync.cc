@@ -63,14 +63,21 @@ int FileBackend::run_sync(FileIo& io) {
         if (!unsupported(errno)) return -errno;
         return write_zeros_sync(r.offset, r.length);
     case Op::WriteZeroes:
-        if (fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off, len) == 0) return 0;
-        if (!unsupported(errno)) return -errno;
-        // A hole reads back as zeros on files and block devices alike.
-        if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len) == 0) return 0;
-        if (!unsupported(errno)) return -errno;
-        return write_zeros_sync(r.offset, r.length);
+        return zero_range(r.offset, r.length);
     }
     return -EINVAL;
+}
+
+int FileBackend::zero_range(uint64_t offset, uint64_t length) {
+    const int fd = s_.buffered.get();
+    const auto off = static_cast<off_t>(offset);
+    const auto len = static_cast<off_t>(length);
+    if (fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off, len) == 0) return 0;
+    if (!unsupported(errno)) return -errno;
+    // A hole reads back as zeros on files and block devices alike.
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len) == 0) return 0;
+    if (!unsupported(errno)) return -errno;
+    return write_zeros_sync(offset, length);
 }
 
 // Moves what is left of a read or write with plain preadv/pwritev on the buffered

@@ -1,4 +1,5 @@
 // Null backend: no storage at all, for measuring everything above the data path.
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -15,15 +16,15 @@ public:
     explicit NullBackend(uint64_t size) : size_(size) {}
     ~NullBackend() override { drain(); }
 
-    uint64_t size() const override { return size_; }
+    uint64_t size() const override { return size_.load(std::memory_order_acquire); }
     uint32_t block_size() const override { return kBlock; }
     bool read_only() const override { return false; }
-    std::string describe() const override { return "null:" + detail::size_text(size_); }
+    std::string describe() const override { return "null:" + detail::size_text(size()); }
 
     void submit(std::span<Request* const> reqs) override {
         inflight_.add(reqs.size());
         for (Request* req : reqs) {
-            int r = detail::validate(*req, size_, kBlock, false);
+            int r = detail::validate(*req, size(), kBlock, false);
             if (r == 0 && req->op == Op::Read) {
                 for (uint32_t i = 0; i < req->iovcnt; i++)
                     std::memset(req->iov[i].iov_base, 0, req->iov[i].iov_len);
@@ -36,8 +37,14 @@ public:
 
     void drain() override { inflight_.wait(); }
 
+    bool resize(uint64_t bytes, std::string& err) override {
+        if (!detail::resizable("null backend", bytes, kBlock, err)) return false;
+        size_.store(bytes, std::memory_order_release);
+        return true;
+    }
+
 private:
-    uint64_t size_;
+    std::atomic<uint64_t> size_;
     detail::Inflight inflight_;
 };
 

@@ -2,8 +2,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "inflight.h"
 #include "validate.h"
@@ -16,7 +18,7 @@ constexpr uint32_t kBlock = 512;
 class RamBackend final : public Backend {
 public:
     RamBackend(uint8_t* mem, uint64_t size, size_t map_len)
-        : mem_(mem), size_(size), map_len_(map_len), page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {}
+        : mem_(mem), size_(size), capacity_(size), map_len_(map_len), page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {}
     ~RamBackend() override {
         drain();
         munmap(mem_, map_len_);
@@ -24,17 +26,17 @@ public:
     RamBackend(const RamBackend&) = delete;
     RamBackend& operator=(const RamBackend&) = delete;
 
-    uint64_t size() const override { return size_; }
+    uint64_t size() const override { return size_.load(std::memory_order_acquire); }
     uint32_t block_size() const override { return kBlock; }
     bool read_only() const override { return false; }
-    std::string describe() const override { return "ram:" + detail::size_text(size_); }
+    std::string describe() const override { return "ram:" + detail::size_text(size()); }
 
     void submit(std::span<Request* const> reqs) override {
         // Counted for the whole call: completions run inline, and drain() on another
         // thread must not return while this loop still touches the requests.
         inflight_.add(reqs.size());
         for (Request* req : reqs) {
-            int r = detail::validate(*req, size_, kBlock, false);
+            int r = detail::validate(*req, size(), kBlock, false);
             if (r == 0) r = execute(*req);
             req->result = r;
             req->done->complete(req);
@@ -43,6 +45,22 @@ public:
     }
 
     void drain() override { inflight_.wait(); }
+
+    // Within the mapping made at creation. A request checked against the old size may
+    // still copy beyond a new, smaller one: the memory stays mapped, so that is harmless.
+    bool resize(uint64_t bytes, std::string& err) override {
+        if (!detail::resizable("ram backend", bytes, kBlock, err)) return false;
+        if (bytes > capacity_) {
+            err = "ram backend: cannot grow to " + std::to_string(bytes) + " bytes: its memory was mapped once, for the " +
+                  std::to_string(capacity_) + " bytes it was made with";
+            return false;
+        }
+        std::lock_guard lock(resize_mu_);
+        const uint64_t old = size_.load(std::memory_order_relaxed);
+        if (bytes > old) zero(old, bytes - old);  // left by an earlier shrink
+        size_.store(bytes, std::memory_order_release);
+        return true;
+    }
 
 private:
     int execute(const Request& req) {
@@ -86,7 +104,9 @@ private:
     }
 
     uint8_t* mem_;
-    uint64_t size_;
+    std::atomic<uint64_t> size_;
+    const uint64_t capacity_;  // the most resize() takes
+    std::mutex resize_mu_;
     size_t map_len_;
     size_t page_;
     detail::Inflight inflight_;

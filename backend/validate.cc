@@ -37,6 +37,12 @@ int validate(const Request& req, uint64_t size, uint32_t block_size, bool read_o
     return 0;
 }
 
+bool resizable(const std::string& who, uint64_t bytes, uint32_t block_size, std::string& err) {
+    if (bytes != 0 && bytes % block_size == 0) return true;
+    err = who + ": size " + std::to_string(bytes) + " is not a positive multiple of " + std::to_string(block_size);
+    return false;
+}
+
 std::string size_text(uint64_t bytes) {
     static constexpr const char* kUnits[] = {"", "K", "M", "G", "T", "P"};
     size_t unit = 0;

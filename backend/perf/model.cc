@@ -97,6 +97,9 @@ public:
     uint32_t block_size() const override { return inner_->block_size(); }
     bool read_only() const override { return inner_->read_only(); }
     std::string describe() const override { return "perf(" + summarize(cfg_) + ") over " + inner_->describe(); }
+    // The model's caps and latencies do not depend on the size; requests it queued were
+    // checked against the old one, and the inner backend checks them again when issued.
+    bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
 
     void submit(std::span<Request* const> reqs) override {
         if (reqs.empty()) return;

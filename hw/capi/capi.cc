@@ -236,6 +236,20 @@ bool hvstor_disk_set_fault(HvstorDisk* d, const char* fault, char** err) {
         fail_with(err, false));
 }
 
+bool hvstor_disk_resize(HvstorDisk* d, uint64_t bytes, char** err) {
+    return guarded(
+        [&] {
+            if (!d) throw std::invalid_argument("no disk");
+            to_cpp(d)->resize(bytes);
+            return true;
+        },
+        fail_with(err, false));
+}
+
+uint64_t hvstor_disk_size(HvstorDisk* d) {
+    return guarded([&] { return d ? to_cpp(d)->size_bytes() : uint64_t{0}; }, [](const char*) { return uint64_t{0}; });
+}
+
 char* hvstor_controller_stats_json(HvstorController* c) {
     return guarded([&] { return c ? hvstor::capi::dup_message(to_cpp(c)->stats_json().c_str()) : nullptr; },
                    [](const char*) -> char* { return nullptr; });

@@ -24,6 +24,9 @@ public:
     bool read_only() const override { return true; }
     std::string describe() const override { return inner_->describe() + " (read-only)"; }
     void drain() override { inner_->drain(); }
+    // RAM and null keep their bytes in memory or nowhere: a read-only disk may still change
+    // its capacity, as a host resizing a read-only volume would.
+    bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
 
     void submit(std::span<backend::Request* const> reqs) override {
         // A batch of reads and flushes passes whole, so the inner backend still sees batches.
@@ -75,6 +78,7 @@ std::string AttachedDisk::stats_json() {
         .num("errors", s.errors.load())
         .num("faults", s.faults.load())
         .num("stalled", s.stalled.load())
+        .num("unit_attentions", s.unit_attentions.load())
         .done();
 }
 
@@ -83,6 +87,11 @@ void AttachedDisk::set_fault(std::string_view text) {
     std::string err;
     if (!scsi::parse_fault(text, f, err)) throw DiskError(err);
     disk_->set_fault(f);
+}
+
+void AttachedDisk::resize(uint64_t bytes) {
+    std::string err;
+    if (!disk_->resize(bytes, err)) throw DiskError(err);
 }
 
 std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec) {

@@ -63,6 +63,12 @@ public:
     // See scsi::Disk::suspend_faults.
     void suspend_faults(bool on) { disk_->suspend_faults(on); }
 
+    // Changes the capacity while the guest runs (scsi::Disk::resize: the guest's next
+    // command gets a unit attention). Throws DiskError with the reason when the size is not
+    // a non-zero multiple of 512 or the backend cannot take it; nothing changes then.
+    void resize(uint64_t bytes);
+    uint64_t size_bytes() const { return backend_->size(); }
+
 private:
     friend class DiskFactory;
     AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name);

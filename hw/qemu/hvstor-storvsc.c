@@ -16,7 +16,10 @@
  * device_del of hv-disk); the guest is told to rescan its bus each time.
  *
  * Both have a "stats" property (JSON, for QMP qom-get): per channel for the
- * controller, the disk's I/O for hv-disk. Guest protocol errors are logged as
+ * controller, the disk's I/O for hv-disk. hv-disk's "capacity" (bytes) reads the
+ * disk's size and changes it while the guest runs (qom-set): a file grows, RAM up
+ * to its size at creation, null to anything; the guest's next command gets UNIT
+ * ATTENTION, CAPACITY DATA HAS CHANGED (2A/09). Guest protocol errors are logged as
  * "hv-storvsc ID: relid N: ..." under -d guest_errors.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -26,6 +29,7 @@
 #include "qemu/module.h"
 #include "qemu/uuid.h"
 #include "qapi/error.h"
+#include "qapi/visitor.h"
 #include "hw/boards.h"
 #include "hw/isa/isa.h"
 #include "hw/hotplug.h"
@@ -294,6 +298,43 @@ static void hv_disk_set_fault(Object *obj, const char *value, Error **errp)
     d->fault = g_strdup(value);
 }
 
+/*
+ * The disk's capacity in bytes, changeable while the guest runs:
+ * qom-set path=/machine/peripheral/ID property=capacity value=BYTES. The guest's next
+ * command gets UNIT ATTENTION, CAPACITY DATA HAS CHANGED, on which storvsc rescans
+ * the disk. See docs/fault-injection.md.
+ */
+static void hv_disk_get_capacity(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    HvDisk *d = HV_DISK(obj);
+    uint64_t bytes = d->disk ? hvstor_disk_size(d->disk) : d->size;
+
+    visit_type_size(v, name, &bytes, errp);
+}
+
+static void hv_disk_set_capacity(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    HvDisk *d = HV_DISK(obj);
+    uint64_t bytes;
+    char *err = NULL;
+
+    if (!visit_type_size(v, name, &bytes, errp)) {
+        return;
+    }
+    if (!d->disk) {
+        error_setg(errp, "hv-disk: capacity changes a running disk; "
+                   "give size= (or the file's length) when creating it");
+        return;
+    }
+    if (!hvstor_disk_resize(d->disk, bytes, &err)) {
+        error_setg(errp, "hv-disk lun %u: capacity %" PRIu64 " refused: %s", d->lun,
+                   bytes, err ? err : "out of memory");
+        free(err);
+    }
+}
+
 static void hv_disk_finalize(Object *obj)
 {
     HvDisk *d = HV_DISK(obj);
@@ -315,6 +356,8 @@ static void hv_disk_class_init(ObjectClass *klass, void *data)
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
     object_class_property_add_str(klass, "stats", hv_disk_get_stats, NULL);
     object_class_property_add_str(klass, "fault", hv_disk_get_fault, hv_disk_set_fault);
+    object_class_property_add(klass, "capacity", "size", hv_disk_get_capacity,
+                              hv_disk_set_capacity, NULL, NULL);
 }
 
 /* Plugging needs nothing beyond realize; unplugging is unrealize, at once. */

@@ -37,6 +37,7 @@ constexpr Asc kLunNotSupported{0x25, 0x00};
 constexpr Asc kInvalidFieldInParameterList{0x26, 0x00};
 constexpr Asc kWriteProtected{0x27, 0x00};
 constexpr Asc kSpaceAllocationFailed{0x27, 0x07};
+constexpr Asc kCapacityDataChanged{0x2A, 0x09};
 constexpr Asc kSavingParametersNotSupported{0x39, 0x00};
 
 // Per command, in logical blocks (Block Limits VPD). Bounded so that one command never

@@ -81,6 +81,31 @@ void Disk::suspend_faults(bool on) { faults_->suspend(on); }
 
 uint64_t Disk::blocks() const { return be_.size() / be_.block_size(); }
 
+bool Disk::resize(uint64_t bytes, std::string& err) {
+    std::lock_guard lock(resize_mu_);
+    const uint64_t before = blocks();
+    if (!be_.resize(bytes, err)) return false;
+    // After the backend's new size is visible: whoever takes the unit attention and asks
+    // READ CAPACITY gets the new one.
+    if (blocks() != before) capacity_changed_.store(true, std::memory_order_release);
+    return true;
+}
+
+// The exchange hands the unit attention to one command only, however many channel workers
+// race here; the others run as usual (against the new size).
+bool Disk::report_capacity_change(Command& cmd) {
+    if (!capacity_changed_.load(std::memory_order_relaxed)) return false;
+    const uint8_t opcode = cmd.cdb[0];
+    if (cmd.cdb_len == 0 || opcode == detail::op::kInquiry || opcode == detail::op::kReportLuns) return false;
+    if (!capacity_changed_.exchange(false, std::memory_order_acq_rel)) return false;
+    stats_.unit_attentions.fetch_add(1, std::memory_order_relaxed);
+    if (opcode == detail::op::kRequestSense)
+        detail::reply_sense_data(cmd, kSenseUnitAttention, detail::kCapacityDataChanged);
+    else
+        detail::fail(cmd, kSenseUnitAttention, detail::kCapacityDataChanged);
+    return true;
+}
+
 void Disk::submit(std::span<Command* const> cmds) {
     const detail::Target t = target();
     // Batches of the usual size stay on the stack. A larger one gets a list of its own, or,
@@ -100,6 +125,10 @@ void Disk::submit(std::span<Command* const> cmds) {
     }
     size_t n = 0;
     for (Command* cmd : cmds) {
+        if (report_capacity_change(*cmd)) {
+            deliver(*cmd, stats_, sink_);
+            continue;
+        }
         switch (faults_->check(*cmd)) {
         case detail::FaultInjector::Verdict::Answered:
             deliver(*cmd, stats_, sink_);

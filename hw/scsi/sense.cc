@@ -45,7 +45,8 @@ void reply_sense_data(Command& cmd, uint8_t key, Asc asc) {
     reply(cmd, data, len, alloc);
 }
 
-// Errors are reported by autosense with the failing command, so nothing is ever pending.
+// Errors are reported by autosense with the failing command, so nothing is pending here:
+// a unit attention (a capacity change) is answered by the Disk before a command gets here.
 void emulate_request_sense(Command& cmd) { reply_sense_data(cmd, kSenseNoSense, kNoAdditionalSense); }
 
 } // namespace detail

@@ -303,6 +303,45 @@ TEST_F(CAbiTest, FaultsAtCreationAndAtRunTime) {
     EXPECT_EQ(take(err), "no disk");
 }
 
+TEST_F(CAbiTest, ResizeAtRunTimeAndItsErrors) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0);
+    d.size = 4 << 20;
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    EXPECT_EQ(hvstor_disk_size(disk), 4u << 20);
+    EXPECT_TRUE(hvstor_disk_resize(disk, 1 << 20, &err)) << take(err);
+    EXPECT_EQ(hvstor_disk_size(disk), 1u << 20);
+    EXPECT_FALSE(hvstor_disk_resize(disk, 0, &err));
+    EXPECT_EQ(take(err), "ram backend: size 0 is not a positive multiple of 512");
+    EXPECT_FALSE(hvstor_disk_resize(disk, 1000, &err));
+    EXPECT_EQ(take(err), "ram backend: size 1000 is not a positive multiple of 512");
+    EXPECT_FALSE(hvstor_disk_resize(disk, 8 << 20, &err));
+    EXPECT_EQ(take(err), "ram backend: cannot grow to 8388608 bytes: its memory was mapped once, for the 4194304 "
+                         "bytes it was made with");
+    EXPECT_EQ(hvstor_disk_size(disk), 1u << 20) << "refusals change nothing";
+    EXPECT_FALSE(hvstor_disk_resize(nullptr, 1 << 20, &err));
+    EXPECT_EQ(take(err), "no disk");
+    EXPECT_EQ(hvstor_disk_size(nullptr), 0u);
+    // Read-only RAM and modelled disks pass the change on to their storage.
+    HvstorDiskConfig ro = ram(1);
+    ro.read_only = true;
+    HvstorDisk* rod = hvstor_disk_new(c, &ro, &err);
+    ASSERT_NE(rod, nullptr) << take(err);
+    EXPECT_TRUE(hvstor_disk_resize(rod, 512 << 10, &err)) << take(err);
+    EXPECT_EQ(hvstor_disk_size(rod), 512u << 10);
+    HvstorDiskConfig m{};
+    m.backend = "null";
+    m.size = 1 << 20;
+    m.lun = 2;
+    m.perf = "profile=premium-p10";
+    HvstorDisk* md = hvstor_disk_new(c, &m, &err);
+    ASSERT_NE(md, nullptr) << take(err);
+    EXPECT_TRUE(hvstor_disk_resize(md, 1ull << 30, &err)) << take(err);
+    EXPECT_EQ(hvstor_disk_size(md), 1ull << 30);
+}
+
 TEST_F(CAbiTest, StatsJsonEscapesTheName) {
     HvstorController* c = controller();
     char* err = nullptr;
@@ -312,7 +351,7 @@ TEST_F(CAbiTest, StatsJsonEscapesTheName) {
     char* json = hvstor_disk_stats_json(disk);
     ASSERT_NE(json, nullptr);
     EXPECT_STREQ(json, R"({"disk":"q\"uote\\slash","model":false,"reads":0,"writes":0,)"
-                       R"("bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0})");
+                       R"("bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0,"unit_attentions":0})");
     std::free(json);
 }
 

@@ -201,7 +201,7 @@ TEST_F(DiskFactoryTest, NameDefaultsToTheLun) {
 TEST_F(DiskFactoryTest, PlainDiskStatsAreTheScsiCounters) {
     auto d = DiskFactory().attach(ctl(), ram(4096, 0));
     EXPECT_EQ(d->stats_json(),
-              R"({"disk":"lun0","model":false,"reads":0,"writes":0,"bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0})");
+              R"({"disk":"lun0","model":false,"reads":0,"writes":0,"bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0,"unit_attentions":0})");
 }
 
 TEST_F(DiskFactoryTest, StatsEscapeTheDiskName) {
@@ -209,7 +209,7 @@ TEST_F(DiskFactoryTest, StatsEscapeTheDiskName) {
     s.name = "a\"b\\c";
     auto d = DiskFactory().attach(ctl(), s);
     EXPECT_EQ(d->stats_json(),
-              R"({"disk":"a\"b\\c","model":false,"reads":0,"writes":0,"bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0})");
+              R"({"disk":"a\"b\\c","model":false,"reads":0,"writes":0,"bytes_read":0,"bytes_written":0,"errors":0,"faults":0,"stalled":0,"unit_attentions":0})");
 }
 
 // A modelled disk's statistics come from the model's own formatter: the name is escaped

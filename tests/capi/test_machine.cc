@@ -113,7 +113,7 @@ TEST_F(MachineTest, AssembledDiskServesTheGuest) {
     EXPECT_EQ(std::memcmp(host.ram(kBuf), host.ram(kBuf + 0x2000), 4096), 0);
 
     EXPECT_EQ(disk->stats_json(),
-              R"({"disk":"lun0","model":false,"reads":1,"writes":1,"bytes_read":4096,"bytes_written":4096,"errors":0,"faults":0,"stalled":0})");
+              R"({"disk":"lun0","model":false,"reads":1,"writes":1,"bytes_read":4096,"bytes_written":4096,"errors":0,"faults":0,"stalled":0,"unit_attentions":0})");
     // Torn down with the channel open: the disk, then the controller, then the server.
     machine.reset();
 }
@@ -131,7 +131,7 @@ TEST_F(MachineTest, AssembledReadOnlyDiskRefusesWrites) {
 
     // The refused write counts as a write and an error, and moved no bytes.
     EXPECT_EQ(disk->stats_json(),
-              R"({"disk":"lun0","model":false,"reads":1,"writes":1,"bytes_read":4096,"bytes_written":0,"errors":1,"faults":0,"stalled":0})");
+              R"({"disk":"lun0","model":false,"reads":1,"writes":1,"bytes_read":4096,"bytes_written":0,"errors":1,"faults":0,"stalled":0,"unit_attentions":0})");
 }
 
 TEST_F(MachineTest, SettingsAreChecked) {

@@ -1,4 +1,6 @@
 // The block backends on their own: validation, data round trips, file specifics.
+#include <sys/stat.h>
+
 #include <climits>
 #include <thread>
 
@@ -335,6 +337,72 @@ INSTANTIATE_TEST_SUITE_P(Direct, FileBackendTest, ::testing::Values(true, false)
 
 // The backend may be destroyed right after drain() with nothing pending, and at once with
 // requests still in flight (its destructor drains).
+// Growing extends the file and keeps what it held; shrinking leaves the file as long as it
+// is and refuses requests past the new end; growing again zeroes what that exposes.
+TEST_P(FileBackendTest, ResizeGrowsTheFileAndKeepsData) {
+    TempFile f(1 << 20);
+    std::vector<uint8_t> head(4096, 0x11), tail(4096, 0x22);
+    f.write(0, head);
+    f.write((1 << 20) - 4096, tail);
+    std::string err;
+    auto be = backend::open_file(f.path, FileOptions{.read_only = false, .direct = GetParam()}, err);
+    ASSERT_TRUE(be) << err;
+    ASSERT_TRUE(be->resize(3 << 20, err)) << err;
+    EXPECT_EQ(be->size(), 3u << 20);
+    struct stat st {};
+    ASSERT_EQ(stat(f.path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 3 << 20) << "the file grew";
+    EXPECT_EQ(f.read(0, 4096), head);
+    EXPECT_EQ(f.read((1 << 20) - 4096, 4096), tail);
+    AlignedBuf a(8192);
+    std::memset(a.p, 0x33, a.n);
+    iovec ai{a.p, a.n};
+    Request r = rw(Op::Write, (3 << 20) - 8192, &ai, 1, a.n);
+    EXPECT_EQ(run(*be, r), 0) << "a write at the new end";
+    EXPECT_EQ(f.read((3 << 20) - 8192, 8192), std::vector<uint8_t>(8192, 0x33));
+    EXPECT_EQ(f.read(2 << 20, 4096), std::vector<uint8_t>(4096, 0)) << "the rest of the growth reads zeros";
+
+    ASSERT_TRUE(be->resize(512 << 10, err)) << err;
+    EXPECT_EQ(be->size(), 512u << 10);
+    ASSERT_EQ(stat(f.path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 3 << 20) << "a shrink keeps the file";
+    r = rw(Op::Read, 512 << 10, &ai, 1, a.n);
+    EXPECT_EQ(run(*be, r), -EINVAL) << "past the new end";
+    r = rw(Op::Read, 0, &ai, 1, 4096);
+    ai.iov_len = 4096;
+    EXPECT_EQ(run(*be, r), 0);
+    EXPECT_EQ(std::vector<uint8_t>(a.p, a.p + 4096), head);
+
+    ASSERT_TRUE(be->resize(2 << 20, err)) << err;
+    ASSERT_EQ(stat(f.path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 3 << 20) << "within the file: no truncation";
+    EXPECT_EQ(f.read((1 << 20) - 4096, 4096), std::vector<uint8_t>(4096, 0)) << "what the grow exposed is zeroed";
+    EXPECT_EQ(f.read(0, 4096), head);
+    EXPECT_EQ(f.read((3 << 20) - 8192, 8192), std::vector<uint8_t>(8192, 0x33)) << "beyond the disk: untouched";
+}
+
+TEST(FileBackend, ResizeRefusals) {
+    TempFile f(1 << 20);
+    std::string err;
+    auto ro = backend::open_file(f.path, FileOptions{.read_only = true, .direct = false}, err);
+    ASSERT_TRUE(ro) << err;
+    EXPECT_FALSE(ro->resize(2 << 20, err));
+    EXPECT_EQ(err, "file backend: " + f.path + ": read-only, its size cannot change");
+    auto rw_be = backend::open_file(f.path, FileOptions{.read_only = false, .direct = false}, err);
+    ASSERT_TRUE(rw_be) << err;
+    EXPECT_FALSE(rw_be->resize(1000, err));
+    EXPECT_EQ(err, "file backend: " + f.path + ": size 1000 is not a positive multiple of 512");
+    EXPECT_FALSE(rw_be->resize(0, err));
+    EXPECT_FALSE(rw_be->resize(UINT64_MAX - 511, err));
+    EXPECT_EQ(err, "file backend: " + f.path + ": cannot grow the file to " + std::to_string(UINT64_MAX - 511) +
+                       " bytes: " + std::strerror(EFBIG));
+    EXPECT_EQ(rw_be->size(), 1u << 20) << "nothing changed";
+    EXPECT_EQ(f.read(0, 1).size(), 1u);
+    struct stat st {};
+    ASSERT_EQ(stat(f.path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 1 << 20);
+}
+
 TEST(FileBackend, DestroyWithRequestsInFlight) {
     TempFile f(1 << 20);
     std::string err;

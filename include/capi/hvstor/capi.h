@@ -205,6 +205,18 @@ char *hvstor_disk_stats_json(HvstorDisk *d);
  */
 bool hvstor_disk_set_fault(HvstorDisk *d, const char *fault, char **err);
 /*
+ * Changes the disk's capacity to `bytes` while the guest runs. The next command the guest
+ * sends to it gets CHECK CONDITION, UNIT ATTENTION, CAPACITY DATA HAS CHANGED (2A/09) once,
+ * and READ CAPACITY reports the new size. A file grows (it is extended) and shrinks (it
+ * keeps its length; bytes a later grow exposes read as zeros); a RAM disk takes any size up
+ * to the one it was made with; a null disk any size. False with a message in *err (free()
+ * it) when bytes is 0 or not a multiple of 512, or the backend cannot take it (a read-only
+ * file, a block device's own size, a file system's limit); nothing changes then.
+ */
+bool hvstor_disk_resize(HvstorDisk *d, uint64_t bytes, char **err);
+/* The disk's capacity in bytes; 0 for a NULL disk. */
+uint64_t hvstor_disk_size(HvstorDisk *d);
+/*
  * The controller's live statistics: totals and one object per channel (packets, SRBs,
  * completions, interrupts, ring-full waits, outstanding and its maximum, bad packets).
  * JSON, malloc'd; NULL on failure or for a NULL controller.

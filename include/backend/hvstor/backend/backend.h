@@ -59,6 +59,17 @@ public:
 
     // Returns once every submitted request has completed.
     virtual void drain() = 0;
+
+    // Changes size() to `bytes`, a non-zero multiple of block_size(), while requests run
+    // (any thread). The bytes below the smaller of the two sizes stay as they are; bytes a
+    // grow exposes read back as zeros. Requests submitted afterwards are checked against the
+    // new size; one in flight may finish against either. False with the reason in `err`
+    // (the backend's name, the size and why) when the backend cannot take that size;
+    // nothing changes then. This default refuses every change.
+    virtual bool resize(uint64_t bytes, std::string& err) {
+        err = describe() + ": the size cannot change (asked for " + std::to_string(bytes) + " bytes)";
+        return false;
+    }
 };
 
 // 0 when `req` is well formed for `be` (its op, range, alignment and buffers), else what
@@ -72,9 +83,13 @@ struct FileOptions {
 };
 
 // Each returns nullptr with a message in `err` on failure.
+// A file's resize() grows the file (ftruncate) when asked for more than it holds, and leaves
+// it as long as it is when shrinking (nothing in flight can land past its end); a block
+// device takes any size up to its own. Read-only files refuse to resize.
 std::unique_ptr<Backend> open_file(const std::string& path, const FileOptions& opts, std::string& err);
+// resize() takes any size up to the one it was made with (its memory is mapped once).
 std::unique_ptr<Backend> make_ram(uint64_t size, std::string& err);
-// Reads return zeros, writes are dropped: for performance work. Any size.
+// Reads return zeros, writes are dropped: for performance work. Any size, also to resize().
 std::unique_ptr<Backend> make_null(uint64_t size, std::string& err);
 
 } // namespace hvstor::backend

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 
@@ -71,6 +72,7 @@ struct DiskStats {
     std::atomic<uint64_t> errors{0};  // commands ending in CHECK CONDITION
     std::atomic<uint64_t> faults{0};  // injected (fault.h): failed or stalled
     std::atomic<uint64_t> stalled{0}; // held by a stall fault right now
+    std::atomic<uint64_t> unit_attentions{0}; // capacity changes reported (resize())
 };
 
 namespace detail {
@@ -91,6 +93,16 @@ public:
     const DiskStats& stats() const { return stats_; }
     uint64_t blocks() const;
 
+    // Changes the capacity to `bytes` while commands run (any thread): the backend resizes
+    // (Backend::resize; false with its reason in `err`, and nothing changes), then READ
+    // CAPACITY and every range check use the new size, and when the block count changed,
+    // the next command the guest sends gets CHECK CONDITION, UNIT ATTENTION, CAPACITY DATA
+    // HAS CHANGED (2A/09): exactly one command, whichever channel it comes from. As SPC
+    // has it, INQUIRY passes a pending unit attention by and REQUEST SENSE returns it as
+    // its data (GOOD); REPORT LUNS never reaches the disk. Several changes before the
+    // next command make one unit attention.
+    bool resize(uint64_t bytes, std::string& err);
+
     // Fault injection (fault.h); any thread. Setting a fault starts commands the previous
     // one held. Call stop_faults() before draining the backend for good: it releases every
     // held command to the backend and no fault applies afterwards.
@@ -103,6 +115,7 @@ public:
 private:
     void complete(backend::Request* req) override; // backend requests this disk issued
     void start_now(Command* cmd);                  // a command released by the injector
+    bool report_capacity_change(Command& cmd);     // true: answered with the unit attention
     detail::Target target();
 
     backend::Backend& be_;
@@ -110,6 +123,8 @@ private:
     CommandSink& sink_;
     DiskStats stats_;
     std::atomic<uint32_t> pattern_writes_{0}; // see detail::Target
+    std::mutex resize_mu_;
+    std::atomic<bool> capacity_changed_{false}; // a unit attention is pending
     std::unique_ptr<detail::FaultInjector> faults_;
 };
 
