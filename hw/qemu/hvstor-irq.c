@@ -1,7 +1,8 @@
 /*
  * Interrupt delivery for the hv-storvsc device model: the raise_vector half of the
- * Host (include/hvstor/capi.h). A vector goes to a VP's local APIC as a fixed MSI,
- * from a vCPU thread at once, from a device thread through a bottom half.
+ * Host (include/hvstor/capi.h). A vector goes to a VP's local APIC as a fixed MSI:
+ * at once from a vCPU thread, and from a device thread that finds the BQL free
+ * (hw/qemu/patches/0004); through a main-loop bottom half otherwise.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -61,8 +62,10 @@ void hv_irq_cleanup(HvIrq *irq)
 
 /*
  * vCPU threads hold the BQL and deliver at once. Device threads never wait for the
- * BQL (a vCPU thread may hold it while waiting for them to stop a channel): they set
- * the vector pending and a bottom half delivers it.
+ * BQL (a thread holding it may be waiting for them: a machine reset for the channels'
+ * closes, a disk's removal for the workers' batches): when it is free they take it and
+ * deliver, kicking the vCPU themselves; when not, they set the vector pending and a
+ * bottom half delivers it.
  */
 void hv_irq_raise(void *opaque, uint32_t vp, uint8_t vector)
 {
@@ -73,6 +76,11 @@ void hv_irq_raise(void *opaque, uint32_t vp, uint8_t vector)
     }
     if (bql_locked()) {
         send_vector(vp, vector);
+        return;
+    }
+    if (bql_trylock()) {
+        send_vector(vp, vector);
+        bql_unlock();
         return;
     }
     qatomic_or(&irq->pending_vectors[vp * 4 + vector / 64], 1ULL << (vector % 64));
