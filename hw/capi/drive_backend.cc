@@ -1,5 +1,6 @@
 #include "drive_backend.h"
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -30,7 +31,7 @@ public:
     // The glue's drain returns once every completion has returned: nothing is left after it.
     ~DriveBackend() override { drain(); }
 
-    uint64_t size() const override { return ops_.size; }
+    uint64_t size() const override { return size_.load(std::memory_order_acquire); }
     uint32_t block_size() const override { return kBlock; }
     bool read_only() const override { return ops_.read_only; }
     std::string describe() const override { return name_; }
@@ -50,15 +51,30 @@ public:
 
     void drain() override { ops_.drain(ops_.opaque); }
 
+    // Up to the storage's own length: QEMU's block_resize grows that, not the disk.
+    bool resize(uint64_t bytes, std::string& err) override {
+        const uint64_t length = ops_.length(ops_.opaque);
+        if (bytes % kBlock != 0 || bytes == 0 || bytes > length) {
+            err = name_ + " holds " + std::to_string(length) +
+                  " bytes; the disk takes a non-zero multiple of 512 up to that, not " + std::to_string(bytes) +
+                  " (grow the drive with block_resize)";
+            return false;
+        }
+        size_.store(bytes, std::memory_order_release);
+        return true;
+    }
+
 private:
     HvstorBlockOps ops_;
+    std::atomic<uint64_t> size_{ops_.size};
     const std::string name_;
 };
 
 } // namespace
 
 std::unique_ptr<backend::Backend> make_drive_backend(const HvstorBlockOps& ops) {
-    if (!ops.submit || !ops.drain) throw DiskError("backend=drive: the glue gave no submit or drain");
+    if (!ops.submit || !ops.drain || !ops.length)
+        throw DiskError("backend=drive: the glue gave no submit, drain or length");
     if (ops.size == 0 || ops.size % kBlock)
         throw DiskError("drive: the image is " + std::to_string(ops.size) +
                         " bytes; hv-disk needs a non-zero multiple of 512");

@@ -36,6 +36,8 @@ struct HvDrive {
     QEMUBH *bh;
     QSLIST_HEAD(, HvDriveReq) pending; /* pushed from any thread, taken by bh */
     char *name;
+    HvDriveResized *resized;
+    void *resized_opaque;
 };
 
 struct HvDriveReq {
@@ -157,7 +159,29 @@ static void hv_drive_drain(void *opaque)
     blk_drain(drv->blk);
 }
 
+/* HvstorBlockOps.length: the main thread (qom-set capacity, or block_resize below). */
+static uint64_t hv_drive_length(void *opaque)
+{
+    HvDrive *drv = opaque;
+    int64_t len = blk_getlength(drv->blk);
+
+    return len < 0 ? 0 : len;
+}
+
+/* block_resize on the drive's node: the disk follows (main thread, BQL). */
+static void hv_drive_resize_cb(void *opaque)
+{
+    HvDrive *drv = opaque;
+
+    drv->resized(drv->resized_opaque, hv_drive_length(drv));
+}
+
+static const BlockDevOps hv_drive_dev_ops = {
+    .resize_cb = hv_drive_resize_cb,
+};
+
 HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
+                      HvDriveResized *resized, void *opaque,
                       HvstorBlockOps *ops, Error **errp)
 {
     BlockBackend *blk = conf->blk;
@@ -197,6 +221,9 @@ HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
         return NULL;
     }
     drv->bh = aio_bh_new(drv->ctx, hv_drive_run, drv);
+    drv->resized = resized;
+    drv->resized_opaque = opaque;
+    blk_set_dev_ops(blk, &hv_drive_dev_ops, drv);
     drv->name = g_strdup_printf("drive:%s%s", blk_name(blk), read_only ? " (read-only)" : "");
 
     *ops = (HvstorBlockOps) {
@@ -206,6 +233,7 @@ HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
         .name = drv->name,
         .submit = hv_drive_submit,
         .drain = hv_drive_drain,
+        .length = hv_drive_length,
     };
     return drv;
 }
@@ -217,6 +245,7 @@ void hv_drive_free(HvDrive *drv)
     }
     /* Nothing is queued: the disk was freed, which drained the drive. */
     assert(QSLIST_EMPTY(&drv->pending));
+    blk_set_dev_ops(drv->blk, NULL, NULL);
     qemu_bh_delete(drv->bh);
     /* Back to the main loop, where the drive lives between users. */
     blk_set_aio_context(drv->blk, qemu_get_aio_context(), NULL);

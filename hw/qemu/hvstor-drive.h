@@ -11,13 +11,17 @@
 #include "hvstor/capi.h"
 
 typedef struct HvDrive HvDrive;
+/* The drive's node changed its length (QMP block_resize): main thread, BQL held. */
+typedef void HvDriveResized(void *opaque, uint64_t bytes);
 
 /*
- * Main thread. Takes conf->blk's permissions (read-only when asked or when the drive is),
- * moves it to `iothread`'s AioContext (an IOThread of its own when NULL) and fills ops for
- * HvstorDiskConfig.block. NULL with errp set on failure.
+ * Main thread. Takes conf->blk's permissions (read-only when asked or when the drive is;
+ * others may resize it), moves it to `iothread`'s AioContext (an IOThread of its own when
+ * NULL) and fills ops for HvstorDiskConfig.block. `resized(opaque, bytes)` is told when
+ * the node's length changes. NULL with errp set on failure.
  */
 HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
+                      HvDriveResized *resized, void *opaque,
                       HvstorBlockOps *ops, Error **errp);
 /* Main thread, after the disk built on ops was freed (which drained it). NULL: nothing. */
 void hv_drive_free(HvDrive *drv);

@@ -166,6 +166,22 @@ static void hv_storvsc_class_init(ObjectClass *klass, void *data)
     object_class_property_add_str(klass, "stats", hv_storvsc_get_stats, NULL);
 }
 
+/*
+ * block_resize of the drive's node: the disk takes the new length, and the guest gets
+ * UNIT ATTENTION, CAPACITY DATA HAS CHANGED as for a qom-set of capacity.
+ */
+static void hv_disk_drive_resized(void *opaque, uint64_t bytes)
+{
+    HvDisk *d = opaque;
+    char *err = NULL;
+
+    if (d->disk && !hvstor_disk_resize(d->disk, bytes, &err)) {
+        warn_report("hv-disk lun %u: the drive is now %" PRIu64 " bytes; the disk keeps "
+                    "its size: %s", d->lun, bytes, err ? err : "out of memory");
+        free(err);
+    }
+}
+
 /* drive=: the block layer's storage in place of file= or backend=. */
 static bool hv_disk_open_drive(HvDisk *d, HvstorBlockOps *ops, Error **errp)
 {
@@ -173,7 +189,8 @@ static bool hv_disk_open_drive(HvDisk *d, HvstorBlockOps *ops, Error **errp)
         error_setg(errp, "hv-disk: drive= takes the place of file= and backend=");
         return false;
     }
-    d->drive = hv_drive_new(&d->conf, d->iothread, d->readonly, ops, errp);
+    d->drive = hv_drive_new(&d->conf, d->iothread, d->readonly, hv_disk_drive_resized, d,
+                            ops, errp);
     return d->drive != NULL;
 }
 

@@ -2,8 +2,9 @@
 #   LUN 0: a qcow2 overlay over a raw base image (own IOThread): the guest reads the base
 #          through it, and fio writes and verifies over and past the base's end;
 #   LUN 1: a user's qcow2 image in a shared IOThread (iothread=io0): fio crc32c verify,
-#          a discard, then the image, converted to raw on the host, must hold exactly what
-#          the guest read back;
+#          a discard, block_resize from 128 to 192 MiB (the guest rescans and writes past
+#          the old end), then the image, converted to raw on the host, must hold exactly
+#          what the guest read back;
 #   LUN 2: the raw base read-only: readable, writes refused;
 #   LUN 3: a qcow2 node added while the guest runs (blockdev-add, device_add drive=),
 #          written and verified, then removed (device_del), after which blockdev-del must
@@ -51,7 +52,6 @@ verify user $B --rw=randwrite --bs=4k-128k --size=64M --name=seq --filename=/dev
   --size=64M --rw=write --bs=256k --direct=1 --ioengine=libaio --iodepth=8 --verify=crc32c --verify_fatal=1
 echo "FIO-USER-OK"
 blkdiscard -o 0 -l 1048576 /dev/$B && echo "DISCARD-OK"
-echo "USER-SUM $(sha256sum /dev/$B | cut -d' ' -f1)"
 echo "OVERLAY-SUM $(sha256sum /dev/$A | cut -d' ' -f1)"
 echo "DRIVE-READY-FOR-ADD"
 n=0; D=
@@ -65,6 +65,16 @@ n=0
 while [ "$n" -lt 600 ] && [ -e "/sys/block/$D" ]; do sleep 0.5; n=$((n + 1)); done
 [ ! -e "/sys/block/$D" ] || { echo "STILL-THERE $D after $n polls"; exit 1; }
 echo "GONE $D"
+echo "DRIVE-READY-FOR-RESIZE"
+n=0
+while [ "$n" -lt 600 ] && [ "$(cat /sys/block/$B/size)" = 262144 ]; do
+  dd if=/dev/$B of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null
+  sleep 0.5; n=$((n + 1))
+done
+echo "RESIZED $(cat /sys/block/$B/size)"
+verify grown $B --rw=randwrite --bs=4k-64k --offset=128M --size=64M
+echo "FIO-GROWN-OK"
+echo "USER-SUM $(sha256sum /dev/$B | cut -d' ' -f1)"
 SH
 
 read -r -d '' HOST_SIDE <<'PY'
@@ -95,6 +105,14 @@ try:
     q.command('blockdev-del', **{'node-name': 'hot'})
     say('BLOCKDEV-DEL-OK')
     say('IOTHREADS', ' '.join(sorted(t['id'] for t in q.command('query-iothreads'))))
+    q.wait_until(lambda: console_has(console, 'DRIVE-READY-FOR-RESIZE'), alive)
+    try:
+        q.command('qom-set', path='/machine/peripheral/d1', property='capacity', value=1 << 30)
+        say('CAPACITY-PAST-THE-DRIVE-ACCEPTED')
+    except QmpError as e:
+        say('CAPACITY-PAST-THE-DRIVE-REFUSED', e)
+    q.command('block_resize', device='user', size=192 << 20)
+    say('BLOCK-RESIZED', q.command('qom-get', path='/machine/peripheral/d1', property='capacity'))
     say('USER-STATS', q.command('qom-get', path='/machine/peripheral/d1', property='stats'))
     q.close()
 except QmpError as e:
@@ -144,5 +162,10 @@ check "device_del completes (DEVICE_DELETED)" has '^host: DELETED hot$'
 check "the disk disappears from the guest" has '^GONE sd[a-z]+$'
 check "the removed disk gave its node back (blockdev-del)" has '^host: BLOCKDEV-DEL-OK$'
 check "the user's IOThread is still there" has '^host: IOTHREADS io0$'
-grep -E '^(SIZES|READ-ONLY|HOT|GONE|host: (ADDED|BLOCKDEV|DELETED|CHECK|IOTHREADS))' "$OUT" | sed 's/^/  /'
+check "capacity past the drive's length is refused" \
+  has '^host: CAPACITY-PAST-THE-DRIVE-REFUSED .*grow the drive with block_resize'
+check "block_resize grows the disk with its drive" has '^host: BLOCK-RESIZED 201326592$'
+check "the guest sees the new size (UNIT ATTENTION, rescan)" has '^RESIZED 393216$'
+check "fio verifies past the old end" has '^FIO-GROWN-OK$'
+grep -E '^(SIZES|READ-ONLY|HOT|GONE|RESIZED|host: (ADDED|BLOCKDEV|DELETED|CHECK|IOTHREADS|CAPACITY|BLOCK-RESIZED))' "$OUT" | sed 's/^/  /'
 finish

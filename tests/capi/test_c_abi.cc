@@ -269,6 +269,7 @@ TEST_F(CAbiTest, DiskOnStorageTheGlueProvides) {
         hvstor_block_complete(token, 0);
     };
     block.drain = [](void* g) { static_cast<Glue*>(g)->drains++; };
+    block.length = [](void*) -> uint64_t { return 1 << 20; };
     HvstorController* c = controller();
     char* err = nullptr;
     HvstorDiskConfig d{};

@@ -53,6 +53,7 @@ public:
             static_cast<FakeDrive*>(self)->submit(*io, token);
         };
         o.drain = [](void* self) { static_cast<FakeDrive*>(self)->drain(); };
+        o.length = [](void* self) { return static_cast<FakeDrive*>(self)->length_.load(); };
         return o;
     }
 
@@ -61,6 +62,11 @@ public:
         return seen_;
     }
     int drains() const { return drains_.load(); }
+    // What QEMU's block_resize does to the node: the image's length changes.
+    void set_length(uint64_t bytes) {
+        image_.resize(bytes);
+        length_ = bytes;
+    }
     std::vector<uint8_t>& image() { return image_; }
     // Held requests wait for release() before they run.
     void hold() {
@@ -137,6 +143,7 @@ private:
     bool held_ = false;
     bool stop_ = false;
     std::atomic<int> drains_{0};
+    std::atomic<uint64_t> length_{image_.size()};
     std::thread worker_;  // last: starts once the rest is built
 };
 
@@ -289,13 +296,41 @@ TEST_F(DriveBackendTest, FreeingTheDiskWaitsForTheGlue) {
     EXPECT_TRUE(freed.load());
 }
 
+// The disk's capacity follows the drive: up to the length the node has now (block_resize
+// grows it), never past it.
+TEST_F(DriveBackendTest, CapacityGoesUpToTheDrivesLength) {
+    FakeDrive drive(1 << 20);
+    auto d = DiskFactory().attach(ctl(), spec(drive));
+    std::string err;
+    EXPECT_FALSE(d->backend().resize(2 << 20, err));
+    EXPECT_EQ(err, "drive:drive0 (fake) holds 1048576 bytes; the disk takes a non-zero multiple of 512 up to that, "
+                   "not 2097152 (grow the drive with block_resize)");
+    EXPECT_EQ(d->backend().size(), 1u << 20);
+    drive.set_length(2 << 20);
+    ASSERT_TRUE(d->backend().resize(2 << 20, err)) << err;
+    EXPECT_EQ(d->backend().size(), 2u << 20);
+    EXPECT_TRUE(d->backend().resize(512 << 10, err)) << err;
+    EXPECT_EQ(d->backend().size(), 512u << 10);
+    EXPECT_FALSE(d->backend().resize(1000, err));
+    EXPECT_FALSE(d->backend().resize(0, err));
+
+    // Requests are checked against the new size.
+    Sink sink;
+    std::vector<uint8_t> buf(4096);
+    iovec iov{};
+    backend::Request r = request(backend::Op::Read, 512 << 10, buf, iov, sink);
+    backend::Request* rp = &r;
+    d->backend().submit({&rp, 1});
+    EXPECT_EQ(sink.wait(1), std::vector<int>({-EINVAL}));
+}
+
 TEST_F(DriveBackendTest, BadSettingsAreNamed) {
     FakeDrive odd(1000);
     EXPECT_EQ(refusal(spec(odd)), "drive: the image is 1000 bytes; hv-disk needs a non-zero multiple of 512");
     FakeDrive drive(1 << 20);
     DiskSpec s = spec(drive);
     s.block->drain = nullptr;
-    EXPECT_EQ(refusal(s), "backend=drive: the glue gave no submit or drain");
+    EXPECT_EQ(refusal(s), "backend=drive: the glue gave no submit, drain or length");
     s = spec(drive);
     s.block.reset();
     EXPECT_EQ(refusal(s), "backend=drive needs drive=ID");

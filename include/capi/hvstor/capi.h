@@ -119,6 +119,9 @@ typedef struct HvstorDisk HvstorDisk;
  * drain: returns once every request submitted so far has completed (its
  * hvstor_block_complete returned); called with no submit running or to come (the disk
  * is off its LUN), from the thread that frees the disk.
+ * length: the storage's length in bytes now (QEMU's block_resize changes it); called
+ * from the thread that changes the disk's capacity (hvstor_disk_resize), which the disk
+ * may take up to that length.
  */
 typedef enum HvstorBlockOp {
     HVSTOR_BLOCK_READ = 0,
@@ -144,6 +147,7 @@ typedef struct HvstorBlockOps {
     const char *name;         /* what the disk is built on, e.g. "drive:drive0 (qcow2)" */
     void (*submit)(void *opaque, const HvstorBlockIo *io, void *token);
     void (*drain)(void *opaque);
+    uint64_t (*length)(void *opaque);
 } HvstorBlockOps;
 
 /* result: 0 or -errno. Exactly once per submitted request; token is invalid afterwards. */
