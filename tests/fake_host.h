@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ public:
         return ram_.data() + gpa;
     }
     void unmap(void* /*ptr*/, size_t /*len*/, bool /*written*/) override { unmaps++; }
+    // What the VMM's event loop would run while a reset waits (set before the wait).
+    std::function<void()> on_poll;
+    void poll_while_waiting() override {
+        if (on_poll) on_poll();
+    }
     void raise_vector(uint32_t vp, uint8_t vector) override {
         std::lock_guard lock(mu_);
         irqs.push_back({vp, vector});

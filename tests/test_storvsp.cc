@@ -690,6 +690,25 @@ TEST_F(StorvspTest, CloseWithIoInFlightNeverBlocksTheVcpu) {
         << "completions written into a closed channel's ring";
 }
 
+// A machine reset waits for the channels' closes and meanwhile lets the host run its own
+// work (in QEMU the main loop, which a drive= request parked by a drained section needs).
+// Here that work releases the held requests: the reset returns only because it polled.
+TEST_F(StorvspTest, ResetPollsTheHostWhileItWaitsForCloses) {
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (int i = 0; i < 4; i++) guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
+    while (gated.held_count() < 4) std::this_thread::yield();
+    int polls = 0;
+    host.on_poll = [&] {
+        if (polls++ == 0) gated.release_all();
+    };
+    server.reset();
+    host.on_poll = nullptr;
+    EXPECT_GE(polls, 1);
+    EXPECT_EQ(gated.held_count(), 0u);
+}
+
 // A guest that keeps closing subchannels while a stalled disk holds their requests and asks
 // for new ones: each new subchannel needs a fresh queue (a closing one is never reused), and
 // every queue keeps its request pool for the controller's life. At max_queues() (3 for one

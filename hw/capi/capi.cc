@@ -36,6 +36,9 @@ public:
     void trace(HvstorTraceEvent ev, const uint64_t* args) override {
         if (ops_.trace) ops_.trace(ops_.opaque, ev, args);
     }
+    void poll_while_waiting() override {
+        if (ops_.poll_while_waiting) ops_.poll_while_waiting(ops_.opaque);
+    }
 
 private:
     HvstorHostOps ops_;

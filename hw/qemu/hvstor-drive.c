@@ -12,10 +12,12 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
+#include "qemu/error-report.h"
 #include "qemu/iov.h"
 #include "qemu/queue.h"
 #include "qapi/error.h"
 #include "block/aio.h"
+#include "block/aio-wait.h"
 #include "hw/block/block.h"
 #include "system/block-backend.h"
 #include "system/iothread.h"
@@ -35,7 +37,15 @@ struct HvDrive {
     IOThread *own_iothread; /* NULL when the user named one */
     QEMUBH *bh;
     QSLIST_HEAD(, HvDriveReq) pending; /* pushed from any thread, taken by bh */
+    /*
+     * Requests submitted and not yet completed. blk_drain alone is not enough: a
+     * request parked by someone else's drained section has given its in-flight count
+     * back to the BlockBackend and resumes only when that section ends.
+     */
+    unsigned outstanding;
     char *name;
+    uint64_t length;    /* the node's length, as the main thread last read it */
+    QEMUBH *resize_bh;  /* main loop: tells the disk about block_resize */
     HvDriveResized *resized;
     void *resized_opaque;
 };
@@ -56,6 +66,7 @@ static unsigned drive_count;
 static void hv_drive_piece_done(void *opaque, int ret)
 {
     HvDriveReq *req = opaque;
+    HvDrive *drv;
 
     if (ret < 0 && req->ret == 0) {
         req->ret = ret;
@@ -63,8 +74,12 @@ static void hv_drive_piece_done(void *opaque, int ret)
     if (--req->pieces > 0) {
         return;
     }
+    drv = req->drv;
     hvstor_block_complete(req->token, req->ret);
     g_free(req);
+    /* Last: the drainer may free drv once it reads 0. */
+    qatomic_dec(&drv->outstanding);
+    aio_wait_kick();
 }
 
 static void hv_drive_start_ranged(HvDriveReq *req)
@@ -145,6 +160,7 @@ static void hv_drive_submit(void *opaque, const HvstorBlockIo *io, void *token)
     req->drv = drv;
     req->io = *io;
     req->token = token;
+    qatomic_inc(&drv->outstanding);
     /* Counted while queued, so blk_drain and drained sections wait for it too. */
     blk_inc_in_flight(drv->blk);
     QSLIST_INSERT_HEAD_ATOMIC(&drv->pending, req, next);
@@ -157,23 +173,43 @@ static void hv_drive_drain(void *opaque)
     HvDrive *drv = opaque;
 
     blk_drain(drv->blk);
+    /* Polls the main loop meanwhile, so a drained section of others can end. */
+    AIO_WAIT_WHILE(drv->ctx, qatomic_read(&drv->outstanding) > 0);
 }
 
-/* HvstorBlockOps.length: the main thread (qom-set capacity, or block_resize below). */
+/*
+ * HvstorBlockOps.length: the main thread, inside the disk's resize. Never polls: the
+ * resize bottom half below could run in a nested poll and resize the disk re-entrantly.
+ */
 static uint64_t hv_drive_length(void *opaque)
+{
+    HvDrive *drv = opaque;
+
+    return qatomic_read(&drv->length);
+}
+
+/* Main loop: the node's new length, then the disk's. */
+static void hv_drive_resize_bh(void *opaque)
 {
     HvDrive *drv = opaque;
     int64_t len = blk_getlength(drv->blk);
 
-    return len < 0 ? 0 : len;
+    if (len < 0) {
+        return;
+    }
+    qatomic_set(&drv->length, len);
+    drv->resized(drv->resized_opaque, len);
 }
 
-/* block_resize on the drive's node: the disk follows (main thread, BQL). */
+/*
+ * block_resize of the node: called in the drive's IOThread, inside the block layer's
+ * coroutine; the disk is told from the main loop.
+ */
 static void hv_drive_resize_cb(void *opaque)
 {
     HvDrive *drv = opaque;
 
-    drv->resized(drv->resized_opaque, hv_drive_length(drv));
+    qemu_bh_schedule(drv->resize_bh);
 }
 
 static const BlockDevOps hv_drive_dev_ops = {
@@ -221,6 +257,8 @@ HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
         return NULL;
     }
     drv->bh = aio_bh_new(drv->ctx, hv_drive_run, drv);
+    drv->length = size;
+    drv->resize_bh = qemu_bh_new(hv_drive_resize_bh, drv);
     drv->resized = resized;
     drv->resized_opaque = opaque;
     blk_set_dev_ops(blk, &hv_drive_dev_ops, drv);
@@ -238,18 +276,35 @@ HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
     return drv;
 }
 
+/* In the drive's AioContext: no run of hv_drive_run can be under way. */
+static void hv_drive_delete_bh(void *opaque)
+{
+    HvDrive *drv = opaque;
+
+    qemu_bh_delete(drv->bh);
+}
+
 void hv_drive_free(HvDrive *drv)
 {
+    Error *err = NULL;
+
     if (!drv) {
         return;
     }
     /* Nothing is queued: the disk was freed, which drained the drive. */
-    assert(QSLIST_EMPTY(&drv->pending));
+    assert(QSLIST_EMPTY(&drv->pending) && drv->outstanding == 0);
     blk_set_dev_ops(drv->blk, NULL, NULL);
-    qemu_bh_delete(drv->bh);
+    qemu_bh_delete(drv->resize_bh);
+    /*
+     * Deleted from its own AioContext: a run already taken off the list by the IOThread
+     * (scheduled twice, the second run finding nothing) must be over before drv goes.
+     */
+    aio_wait_bh_oneshot(drv->ctx, hv_drive_delete_bh, drv);
     /* Back to the main loop, where the drive lives between users. */
-    blk_set_aio_context(drv->blk, qemu_get_aio_context(), NULL);
-    if (drv->own_iothread) {
+    if (blk_set_aio_context(drv->blk, qemu_get_aio_context(), &err) < 0) {
+        /* Others' I/O on the node may still run in it: leave the IOThread alive. */
+        warn_report_err(err);
+    } else if (drv->own_iothread) {
         iothread_destroy(drv->own_iothread);
     }
     g_free(drv->name);

@@ -11,7 +11,7 @@
 #include "hvstor/capi.h"
 
 typedef struct HvDrive HvDrive;
-/* The drive's node changed its length (QMP block_resize): main thread, BQL held. */
+/* The drive's node changed its length (QMP block_resize): main loop, BQL held. */
 typedef void HvDriveResized(void *opaque, uint64_t bytes);
 
 /*

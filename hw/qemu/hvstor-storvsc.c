@@ -182,11 +182,23 @@ static void hv_disk_drive_resized(void *opaque, uint64_t bytes)
     }
 }
 
+/*
+ * The most a drive= disk's controller may transfer at once: a request's guest pages, one
+ * iovec each when scattered, plus the block layer's padding must stay within IOV_MAX.
+ */
+#define HV_DRIVE_MAX_TRANSFER ((IOV_MAX - 3) * 4096)
+
 /* drive=: the block layer's storage in place of file= or backend=. */
-static bool hv_disk_open_drive(HvDisk *d, HvstorBlockOps *ops, Error **errp)
+static bool hv_disk_open_drive(HvDisk *d, uint32_t max_transfer, HvstorBlockOps *ops,
+                               Error **errp)
 {
     if (d->file || d->backend) {
         error_setg(errp, "hv-disk: drive= takes the place of file= and backend=");
+        return false;
+    }
+    if (max_transfer > HV_DRIVE_MAX_TRANSFER) {
+        error_setg(errp, "hv-disk: drive= needs the controller's max-transfer at most %d "
+                   "(IOV_MAX pages less 3), not %" PRIu32, HV_DRIVE_MAX_TRANSFER, max_transfer);
         return false;
     }
     d->drive = hv_drive_new(&d->conf, d->iothread, d->readonly, hv_disk_drive_resized, d,
@@ -214,7 +226,7 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
     char *err = NULL;
 
     if (d->conf.blk) {
-        if (!hv_disk_open_drive(d, &block, errp)) {
+        if (!hv_disk_open_drive(d, ctl->max_transfer, &block, errp)) {
             return;
         }
         cfg.backend = "drive";

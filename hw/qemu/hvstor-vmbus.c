@@ -7,6 +7,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
+#include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qapi/error.h"
 #include "exec/memory.h"
@@ -15,6 +16,8 @@
 #include "hw/qdev-properties.h"
 #include "hw/acpi/acpi_aml_interface.h"
 #include "hw/acpi/aml-build.h"
+#include "block/aio.h"
+#include "migration/vmstate.h"
 #include "system/hw_accel.h"
 #include "system/kvm.h"
 #include "system/tcg.h"
@@ -125,11 +128,26 @@ static bool hv_vmbus_bridge_check(HvVmbusBridge *s, MachineState *ms,
     return true;
 }
 
+/*
+ * A machine reset waits on the main thread for the channels' closes, which may wait for
+ * drive= requests that a drained section parked until the main loop ends it.
+ */
+static void hv_vmbus_poll_main_loop(void *opaque)
+{
+    if (qemu_get_current_aio_context() == qemu_get_aio_context()) {
+        aio_poll(qemu_get_aio_context(), false);
+    }
+}
+
 /* The partition and VMBus server over guest memory and the interrupt path. */
 static bool hv_vmbus_bridge_create(HvVmbusBridge *s, uint32_t nr_vps, uint32_t version,
                                    Error **errp)
 {
-    HvstorHostOps ops = { .opaque = &s->irq, .raise_vector = hv_irq_raise };
+    HvstorHostOps ops = {
+        .opaque = &s->irq,
+        .raise_vector = hv_irq_raise,
+        .poll_while_waiting = hv_vmbus_poll_main_loop,
+    };
     char *err = NULL;
 
     hv_host_memory_ops(&ops);
@@ -234,6 +252,16 @@ static char *hv_vmbus_bridge_get_stats(Object *obj, Error **errp)
     return copy;
 }
 
+/*
+ * The partition, the VMBus server and the channel workers keep state QEMU cannot save,
+ * and the workers go on reading rings and writing completions after the VM stops: no
+ * migration, savevm or migrate-to-file while the bridge exists (QEMU refuses them).
+ */
+static const VMStateDescription hv_vmbus_bridge_vmstate = {
+    .name = "hv-vmbus-bridge",
+    .unmigratable = 1,
+};
+
 static void hv_vmbus_bridge_class_init(ObjectClass *klass, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
@@ -243,6 +271,7 @@ static void hv_vmbus_bridge_class_init(ObjectClass *klass, void *data)
     device_class_set_legacy_reset(dc, hv_vmbus_bridge_reset);
     device_class_set_props(dc, hv_vmbus_bridge_props);
     dc->desc = "Hyper-V partition and VMBus server (hv-storvsc)";
+    dc->vmsd = &hv_vmbus_bridge_vmstate;
     set_bit(DEVICE_CATEGORY_BRIDGE, dc->categories);
     adevc->build_dev_aml = hv_vmbus_bridge_build_aml;
     object_class_property_add_str(klass, "stats", hv_vmbus_bridge_get_stats, NULL);

@@ -1,6 +1,7 @@
 #include "hvstor/vmbus/server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstring>
 
@@ -215,7 +216,12 @@ void Server::reset() {
     }
     run_closes();
     std::unique_lock lock(mu_);
-    closes_cv_.wait(lock, [&] { return closes_in_progress_ == 0; });
+    // The closes may wait for I/O that needs the host's event loop, which is this thread's.
+    while (!closes_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return closes_in_progress_ == 0; })) {
+        lock.unlock();
+        host().poll_while_waiting();
+        lock.lock();
+    }
 }
 
 void Server::drop_connection_locked() {

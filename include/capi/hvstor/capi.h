@@ -42,6 +42,12 @@ typedef struct HvstorHostOps {
      */
     void (*guest_error)(void *opaque, const char *line);
     void (*trace)(void *opaque, uint32_t event, const uint64_t *args);
+    /*
+     * Optional (NULL: nothing). Called about every millisecond by a thread waiting for
+     * the model's threads (hvstor_vmbus_reset waiting for channel closes): runs what of
+     * the VMM's work is ready, without blocking (QEMU: the main loop's AioContext).
+     */
+    void (*poll_while_waiting)(void *opaque);
 } HvstorHostOps;
 
 typedef enum HvstorMsrResult {

@@ -49,6 +49,13 @@ public:
     // device-model locks possibly held: must not block. QEMU passes it to its trace
     // backends as hvstor_NAME. Call it through hvstor::trace<>, which checks the count.
     virtual void trace(HvstorTraceEvent ev, const uint64_t* args) { (void)ev, (void)args; }
+
+    // Called about every millisecond by a thread that waits for the device model's own
+    // threads (a machine reset waiting for the channels' closes): runs, without blocking,
+    // whatever of the VMM's work those threads may be waiting on. QEMU runs its main
+    // loop's ready bottom halves and block-layer work there: a request of a drive= disk
+    // parked by a drained section resumes only when the main loop ends that section.
+    virtual void poll_while_waiting() {}
 };
 
 namespace trace_detail {
