@@ -13,6 +13,10 @@ constexpr double kNs = 1, kMsD = 1e6, kSecD = 1e9, kHourD = 3600e9;  // as doubl
 // hour of latency and 100 hours of credit, which the largest time scale (1000) keeps well
 // inside Nanos; the model saturates what their products with IO sizes could still reach.
 constexpr double kMaxIops = 1e9, kMaxMbps = 1e9, kMaxBps = 1e15;
+// The slowest caps other than 0 (none): at the largest time scale one 8 MiB IO still takes
+// well under a year of model time. Slower rates would put completions past what Nanos
+// holds, and the requests would never complete.
+constexpr double kMinIops = 0.001, kMinMbps = 0.001, kMinBps = 1000;
 constexpr double kMaxLatency = kHourD;
 
 constexpr Key kKeys[] = {
@@ -21,23 +25,23 @@ constexpr Key kKeys[] = {
     {.name = "name", .kind = Kind::Text, .unit = "text",
      .meaning = "label for statistics and the timeline; none: the inner backend's description",
      .apply = [](Target& t, const Value& v) { t.disk->name = v.text; }},
-    {.name = "iops", .kind = Kind::Rate, .vm = true, .unit = "IO/s", .max = kMaxIops, .def = "0",
+    {.name = "iops", .kind = Kind::Rate, .vm = true, .unit = "IO/s", .min = kMinIops, .max = kMaxIops, .def = "0",
      .meaning = "base IOPS cap", .apply = [](Target& t, const Value& v) { t.caps.iops = v.num; }},
-    {.name = "mbps", .kind = Kind::Rate, .vm = true, .unit = "MB/s (10^6 B/s)", .scale = kMB, .max = kMaxMbps,
-     .def = "0", .meaning = "base bandwidth cap",
+    {.name = "mbps", .kind = Kind::Rate, .vm = true, .unit = "MB/s (10^6 B/s)", .scale = kMB,
+     .min = kMinMbps, .max = kMaxMbps, .def = "0", .meaning = "base bandwidth cap",
      .apply = [](Target& t, const Value& v) { t.caps.bytes_per_s = v.num; }},
-    {.name = "bps", .kind = Kind::Rate, .vm = true, .unit = "B/s", .max = kMaxBps, .def = "0",
+    {.name = "bps", .kind = Kind::Rate, .vm = true, .unit = "B/s", .min = kMinBps, .max = kMaxBps, .def = "0",
      .meaning = "base bandwidth cap in bytes",
      .apply = [](Target& t, const Value& v) { t.caps.bytes_per_s = v.num; }},
     {.name = "burst", .kind = Kind::Choice, .vm = true, .choices = "off|credit|on-demand", .def = "off",
      .meaning = "bursting: none, on credits earned below base, or unlimited",
      .apply = [](Target& t, const Value& v) { t.caps.burst = BurstMode(v.choice); }},
-    {.name = "burst.iops", .kind = Kind::Rate, .vm = true, .unit = "IO/s", .max = kMaxIops, .def = "0",
+    {.name = "burst.iops", .kind = Kind::Rate, .vm = true, .unit = "IO/s", .min = kMinIops, .max = kMaxIops, .def = "0",
      .meaning = "IOPS cap while bursting", .apply = [](Target& t, const Value& v) { t.caps.burst_iops = v.num; }},
     {.name = "burst.mbps", .kind = Kind::Rate, .vm = true, .unit = "MB/s (10^6 B/s)", .scale = kMB,
-     .max = kMaxMbps, .def = "0", .meaning = "bandwidth cap while bursting",
+     .min = kMinMbps, .max = kMaxMbps, .def = "0", .meaning = "bandwidth cap while bursting",
      .apply = [](Target& t, const Value& v) { t.caps.burst_bytes_per_s = v.num; }},
-    {.name = "burst.bps", .kind = Kind::Rate, .vm = true, .unit = "B/s", .max = kMaxBps, .def = "0",
+    {.name = "burst.bps", .kind = Kind::Rate, .vm = true, .unit = "B/s", .min = kMinBps, .max = kMaxBps, .def = "0",
      .meaning = "bandwidth cap while bursting, in bytes",
      .apply = [](Target& t, const Value& v) { t.caps.burst_bytes_per_s = v.num; }},
     {.name = "burst.duration", .kind = Kind::Duration, .vm = true, .min = kNs, .max = 100 * kHourD,
@@ -52,17 +56,17 @@ constexpr Key kKeys[] = {
     {.name = "io-unit", .kind = Kind::Size, .min = 512, .max = 1024.0 * 1024 * 1024, .def = "256K",
      .meaning = "an IO counts ceil(length / io-unit) against IOPS caps",
      .apply = [](Target& t, const Value& v) { t.disk->io_unit = v.whole; }},
-    {.name = "read.iops", .kind = Kind::Rate, .unit = "IO/s", .max = kMaxIops, .def = "0",
+    {.name = "read.iops", .kind = Kind::Rate, .unit = "IO/s", .min = kMinIops, .max = kMaxIops, .def = "0",
      .meaning = "extra IOPS cap on reads, without bursting",
      .apply = [](Target& t, const Value& v) { t.disk->read_iops = v.num; }},
-    {.name = "read.mbps", .kind = Kind::Rate, .unit = "MB/s (10^6 B/s)", .scale = kMB, .max = kMaxMbps,
-     .def = "0", .meaning = "extra bandwidth cap on reads, without bursting",
+    {.name = "read.mbps", .kind = Kind::Rate, .unit = "MB/s (10^6 B/s)", .scale = kMB,
+     .min = kMinMbps, .max = kMaxMbps, .def = "0", .meaning = "extra bandwidth cap on reads, without bursting",
      .apply = [](Target& t, const Value& v) { t.disk->read_bytes_per_s = v.num; }},
-    {.name = "write.iops", .kind = Kind::Rate, .unit = "IO/s", .max = kMaxIops, .def = "0",
+    {.name = "write.iops", .kind = Kind::Rate, .unit = "IO/s", .min = kMinIops, .max = kMaxIops, .def = "0",
      .meaning = "extra IOPS cap on writes, flushes, discards and write-zeroes",
      .apply = [](Target& t, const Value& v) { t.disk->write_iops = v.num; }},
-    {.name = "write.mbps", .kind = Kind::Rate, .unit = "MB/s (10^6 B/s)", .scale = kMB, .max = kMaxMbps,
-     .def = "0", .meaning = "extra bandwidth cap on writes",
+    {.name = "write.mbps", .kind = Kind::Rate, .unit = "MB/s (10^6 B/s)", .scale = kMB,
+     .min = kMinMbps, .max = kMaxMbps, .def = "0", .meaning = "extra bandwidth cap on writes",
      .apply = [](Target& t, const Value& v) { t.disk->write_bytes_per_s = v.num; }},
     {.name = "latency", .kind = Kind::Distribution, .max = kMaxLatency, .def = "0",
      .meaning = "sets latency.read, latency.write and latency.flush",
@@ -109,7 +113,8 @@ constexpr Key kKeys[] = {
      .meaning = "divides every rate and multiplies every duration (Time scale, above)"},
 };
 
-bool within(const Key& k, double v) { return v >= k.min && v <= k.max; }
+// A rate may also be 0: no cap.
+bool within(const Key& k, double v) { return (k.kind == Kind::Rate && v == 0) || (v >= k.min && v <= k.max); }
 
 // The words of a Choice key, in order; the index of `word` among them or -1.
 int choice_index(const Key& k, std::string_view word) {
@@ -149,7 +154,7 @@ std::string range_text(const Key& k) {
         return backend::detail::size_text(uint64_t(k.min)) + " to " + backend::detail::size_text(uint64_t(k.max));
     case Kind::Whole:
         return format_number(k.min) + " to " + (k.max >= 0x1p64 ? "2^64-1" : format_number(k.max));
-    case Kind::Rate:
+    case Kind::Rate:  // or 0 (no cap), which expected() and the docs' default column say
     case Kind::Probability:
     case Kind::Level:
     case Kind::Scale:

@@ -149,10 +149,15 @@ TEST(PerfSaturation, LatencySumSaturates) {
 }
 
 // Before: at one IO per 10^18 ns the throttle total, then the admission times overflowed.
+// The parser no longer takes such a rate (iops 0.001 at least): the settings are made
+// directly, as a program could.
 TEST(PerfSaturation, TinyRatesSaturateTimes) {
     VirtualClock clock;
-    auto disk = make_disk("iops=0.000000001", clock);
-    ASSERT_TRUE(disk);
+    ModelConfig cfg;
+    cfg.caps.iops = 1e-9;
+    std::string err;
+    auto disk = make_model(backend::make_null(uint64_t(64) << 30, err), cfg, &clock, nullptr, err);
+    ASSERT_TRUE(disk) << err;
     Ios ios(clock);
     for (int i = 0; i < 12; i++) ios.add(Op::Flush, 0, 0);
     ios.submit(*disk);
@@ -171,7 +176,9 @@ TEST(PerfSaturation, TinyRatesSaturateTimes) {
 // Before: the VM's reservation times overflowed.
 TEST(PerfSaturation, TinyVmRatesSaturateTimes) {
     std::string err;
-    auto vm = VmLimits::create("iops=0.000000001", err);
+    VmConfig vc;
+    vc.caps.iops = 1e-9;  // below what the parser takes, as in TinyRatesSaturateTimes
+    auto vm = VmLimits::create(vc, err);
     ASSERT_TRUE(vm) << err;
     VirtualClock clock;
     auto disk = make_disk("", clock, vm);
