@@ -142,6 +142,15 @@ protected:
         g.post(0, 1, open_request());
         return g.take_as<OpenResult>(0).status;
     }
+    // The host rescinds `relid`'s offer, the guest takes the RESCINDCHANNELOFFER and
+    // releases the relid.
+    void rescind_and_release(uint32_t relid) {
+        ASSERT_TRUE(server.rescind(relid));
+        g.take(0); // RESCINDCHANNELOFFER
+        RelidReleased rr = msg<RelidReleased>(MsgType::RelidReleased);
+        rr.child_relid = relid;
+        g.post(0, 1, rr);
+    }
     OpenChannel open_request() {
         OpenChannel o = msg<OpenChannel>(MsgType::OpenChannel);
         o.child_relid = 1;
@@ -684,12 +693,8 @@ TEST_F(VmbusTest, RingTeardownAfterRelidReleaseWaitsForTheClose) {
     offer_with_ring(dev);
     g.post(0, 1, open_request());
     ASSERT_EQ(g.take_as<OpenResult>(0).status, kStatusSuccess);
-    ASSERT_TRUE(server.rescind(1));
-    ASSERT_TRUE(dev.pending);
-    g.take(0); // RESCINDCHANNELOFFER
-    RelidReleased rr = msg<RelidReleased>(MsgType::RelidReleased);
-    rr.child_relid = 1;
-    g.post(0, 1, rr);
+    rescind_and_release(1);
+    ASSERT_TRUE(dev.pending);  // the close is still running
     GpadlTeardown t = msg<GpadlTeardown>(MsgType::GpadlTeardown);
     t.gpadl = 5;
     g.post(0, 1, t);
@@ -703,12 +708,8 @@ TEST_F(VmbusTest, RingTeardownAfterRelidReleaseWaitsForTheClose) {
 TEST_F(VmbusTest, LateCloseDoneLeavesAReusedRelidAlone) {
     SlowCloseChannel dev;
     ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
-    ASSERT_TRUE(server.rescind(1));
-    ASSERT_TRUE(dev.pending);
-    g.take(0); // RESCINDCHANNELOFFER
-    RelidReleased rr = msg<RelidReleased>(MsgType::RelidReleased);
-    rr.child_relid = 1;
-    g.post(0, 1, rr);
+    rescind_and_release(1);
+    ASSERT_TRUE(dev.pending);  // the close is still running
     SlowCloseChannel dev2;
     OfferInfo a;
     a.type = kScsiControllerType;

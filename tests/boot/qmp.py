@@ -3,7 +3,7 @@
 
     q = Qmp.connect('/tmp/x/qmp.sock', alive=lambda: qemu_is_running)
     q.command('device_add', driver='hv-disk', id='d1', bus='scsi0.0', ...)
-    q.wait_event('DEVICE_DELETED', lambda e: e['data'].get('device') == 'd1')
+    q.device_del('d1')  # device_del, then waits for its DEVICE_DELETED
 
 Nothing here gives up on a clock: every wait ends when what it waits for arrives or when
 QEMU goes away (the socket closes, or alive() turns false), so the only time limit is
@@ -87,6 +87,11 @@ class Qmp:
             r = self._read()
             if 'event' in r:
                 self.events.append(r)
+
+    def device_del(self, dev_id):
+        """device_del of dev_id; returns once QEMU sent its DEVICE_DELETED."""
+        self.command('device_del', id=dev_id)
+        self.wait_event('DEVICE_DELETED', lambda e: e['data'].get('device') == dev_id)
 
     def wait_until(self, ready, alive=lambda: True):
         """Returns once ready() is true, reading events meanwhile; QmpError when QEMU ends."""

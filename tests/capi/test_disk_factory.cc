@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "controller_fixture.h"
 #include "disk_factory.h"
 #include "fake_host.h"
 #include "hvstor/perf/clock.h"
@@ -61,24 +62,7 @@ DiskSpec ram(uint64_t size, uint8_t lun = 0) {
     return s;
 }
 
-class DiskFactoryTest : public ::testing::Test {
-protected:
-    // The message a spec is refused with, "" if it is accepted.
-    std::string refusal(const DiskSpec& spec, const DiskFactory& f = DiskFactory()) {
-        try {
-            f.attach(ctl(), spec);
-        } catch (const DiskError& e) {
-            return e.what();
-        }
-        return "";
-    }
-    storvsp::Controller& ctl() { return controller.controller(); }
-
-    test::FakeHost host;
-    capi::Machine machine{host, capi::MachineConfig{1, 0x5A58}};
-    capi::ScsiController& controller =
-        machine.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
-};
+using DiskFactoryTest = capi::test::ControllerTest;
 
 TEST_F(DiskFactoryTest, RamAndNullDisksHaveTheSizeAskedFor) {
     auto r = DiskFactory().attach(ctl(), ram(1 << 20));

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller_fixture.h"
 #include "disk_factory.h"
 #include "fake_host.h"
 #include "hvstor/capi.h"
@@ -179,7 +180,7 @@ backend::Request request(backend::Op op, uint64_t offset, std::vector<uint8_t>& 
     return r;
 }
 
-class DriveBackendTest : public ::testing::Test {
+class DriveBackendTest : public capi::test::ControllerTest {
 protected:
     DiskSpec spec(FakeDrive& drive) {
         DiskSpec s;
@@ -187,20 +188,6 @@ protected:
         s.block = drive.ops();
         return s;
     }
-    std::string refusal(const DiskSpec& s) {
-        try {
-            DiskFactory().attach(ctl(), s);
-        } catch (const DiskError& e) {
-            return e.what();
-        }
-        return "";
-    }
-    storvsp::Controller& ctl() { return controller.controller(); }
-
-    test::FakeHost host;
-    capi::Machine machine{host, capi::MachineConfig{1, 0x5A58}};
-    capi::ScsiController& controller =
-        machine.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
 };
 
 TEST_F(DriveBackendTest, RequestsReachTheGlueAndCompleteFromItsThread) {
