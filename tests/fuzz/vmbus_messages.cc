@@ -347,25 +347,37 @@ private:
     }
 
     // Until each ring kVstor wrote to for an open channel that still reads is read; meanwhile
-    // the guest skips the host's answers and signals, in case the host waits for room. At
-    // most 200 ms per input in all (the ring need not be the channel's).
+    // the guest skips the host's answers and signals, in case the host waits for room; or
+    // until no ring index moved for 2 ms (the ring need not be the channel's). At most 200 ms
+    // per input in all.
     void settle() {
         const auto start = std::chrono::steady_clock::now();
+        auto moved_at = start;
+        std::vector<uint64_t> indices, last;
         for (;;) {
             bool all = true;
+            indices.clear();
             for (auto& [base, ring] : rings_) {
                 const auto [split, relid] = ring;
                 if (!server_->channel_open(relid) || host_.channel_stopped(relid)) continue;
                 all &= host_.load32(base) == host_.load32(base + 4);
                 // The host-to-guest ring: header at `split` (its end is the guest's business).
                 const uint64_t in = base + uint64_t(split) * kPageSize;
+                indices.push_back(uint64_t(host_.load32(base + 4)) << 32 |
+                                  (in + 8 <= kHoleStart ? host_.load32(in) : 0));
                 if (in + 8 <= kHoleStart && host_.load32(in) != host_.load32(in + 4)) {
                     host_.store32(in + 4, host_.load32(in));
                     signal(0, Server::kSignalBase + relid, true);
                 }
             }
             const auto now = std::chrono::steady_clock::now();
-            if (all || now - start > settle_left_) {
+            if (indices != last) {
+                last = indices;
+                moved_at = now;
+            }
+            // A ring the host does not read (kVstor may write anywhere) never empties: stop
+            // once no index has moved for 2 ms, as a host that reads answers in microseconds.
+            if (all || now - start > settle_left_ || now - moved_at > std::chrono::milliseconds(2)) {
                 settle_left_ -= std::min(settle_left_, std::chrono::duration_cast<std::chrono::microseconds>(now - start));
                 return;
             }
