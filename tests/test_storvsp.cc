@@ -823,3 +823,158 @@ TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
     EXPECT_FALSE(guest.poll(*sc2)) << "the old requests' completions reached the new ring";
     EXPECT_FALSE(guest.poll(*sc)) << "completions written into a closed ring";
 }
+
+// Once the channel is ready, a guest signal that finds the worker asleep runs the round on
+// the signalling thread (a vCPU's, in QEMU): a command the disk finishes at once is answered
+// before the signalling hypercall returns, and the worker is not woken for it.
+TEST_F(StorvspTest, InlineRoundAnswersBeforeTheSignalReturns) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    EXPECT_EQ(ctl->stats().channels[0].inline_rounds, 0u) << "the handshake is the worker's";
+    int answered_inline = 0;
+    for (int i = 0; i < 10000 && answered_inline < 50; i++) {
+        const auto before = ctl->stats().channels[0];
+        const uint64_t id = guest.send_srb(c, rw10(false, uint32_t(i), 8), kBuf, 4096);
+        const auto after = ctl->stats().channels[0];
+        // The worker may still be finishing its previous round; then it takes this one.
+        const bool ran_here = after.inline_rounds == before.inline_rounds + 1;
+        auto r = ran_here ? guest.poll(c) : guest.wait(c);
+        ASSERT_TRUE(r) << (ran_here ? "the inline round left its completion unsent" : "no answer");
+        EXPECT_EQ(r->trans_id, id);
+        EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+        if (ran_here) {
+            EXPECT_EQ(after.wakeups, before.wakeups) << "the worker was woken for an inline round's completion";
+            EXPECT_EQ(after.interrupts, before.interrupts + 1);
+            answered_inline++;
+        }
+    }
+    EXPECT_EQ(answered_inline, 50) << "a signal to an idle, ready channel never ran the round itself";
+}
+
+TEST_F(StorvspTest, InlineRoundsOffLeavesEveryRoundToTheWorker) {
+    ControllerConfig cfg;
+    cfg.inline_rounds = false;
+    build(cfg);
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (int i = 0; i < 50; i++) {
+        const uint64_t id = guest.send_srb(c, rw10(false, uint32_t(i), 8), kBuf, 4096);
+        auto r = guest.wait(c);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->trans_id, id);
+    }
+    const auto s = ctl->stats().channels[0];
+    EXPECT_EQ(s.inline_rounds, 0u);
+    EXPECT_GE(s.wakeups, 50u);
+}
+
+namespace {
+
+// Completes every other request at once, the rest from a thread of its own: completions
+// that wake the worker while the guest's signals run rounds inline.
+class SplitBackend : public backend::Backend {
+public:
+    SplitBackend() : thread_([this] { run(); }) {}
+    ~SplitBackend() override {
+        {
+            std::lock_guard lock(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+    }
+    uint64_t size() const override { return 1 << 20; }
+    uint32_t block_size() const override { return 512; }
+    bool read_only() const override { return false; }
+    std::string describe() const override { return "split"; }
+    void submit(std::span<backend::Request* const> reqs) override {
+        for (auto* r : reqs) {
+            r->result = 0;
+            if (n_++ % 2) {
+                r->done->complete(r);
+                continue;
+            }
+            {
+                std::lock_guard lock(mu_);
+                q_.push_back(r);
+            }
+            cv_.notify_one();
+        }
+    }
+    void drain() override {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return q_.empty() && !busy_; });
+    }
+
+private:
+    void run() {
+        std::unique_lock lock(mu_);
+        for (;;) {
+            cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
+            if (q_.empty()) return;
+            std::vector<backend::Request*> todo;
+            todo.swap(q_);
+            busy_ = true;
+            lock.unlock();
+            for (auto* r : todo) r->done->complete(r);
+            lock.lock();
+            busy_ = false;
+            cv_.notify_all();
+        }
+    }
+    std::atomic<uint64_t> n_{0};
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<backend::Request*> q_;
+    bool busy_ = false, stop_ = false;
+    std::thread thread_;
+};
+
+} // namespace
+
+// Inline rounds on the guest's thread and worker rounds for the backend's completions take
+// the channel in turns: every request is answered exactly once, and a close with requests
+// in flight still waits for them. (Run under TSan by ./hvstor test.)
+TEST_F(StorvspTest, InlineAndWorkerRoundsTakeTheChannelInTurns) {
+    SplitBackend split;
+    scsi::Disk split_disk(split, scsi::DiskConfig{}, *ctl);
+    ctl->detach(0);
+    std::string err;
+    ASSERT_TRUE(ctl->attach(0, &split_disk, err)) << err;
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    std::set<uint64_t> pending;
+    uint64_t answered = 0;
+    for (int i = 0; i < 3000; i++) {
+        pending.insert(guest.send_srb(c, rw10(i % 3 == 0, uint32_t(i % 512), 8), kBuf + uint64_t(i % 8) * 4096, 4096));
+        while (auto r = guest.poll(c)) {
+            ASSERT_EQ(pending.erase(r->trans_id), 1u) << "answered twice or never sent";
+            EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+            answered++;
+        }
+        while (pending.size() >= 16) {
+            auto r = guest.wait(c);
+            ASSERT_TRUE(r) << pending.size() << " requests unanswered";
+            ASSERT_EQ(pending.erase(r->trans_id), 1u) << "answered twice or never sent";
+            answered++;
+        }
+    }
+    while (!pending.empty()) {
+        auto r = guest.wait(c);
+        ASSERT_TRUE(r) << pending.size() << " requests unanswered";
+        ASSERT_EQ(pending.erase(r->trans_id), 1u) << "answered twice or never sent";
+        answered++;
+    }
+    EXPECT_EQ(answered, 3000u);
+    EXPECT_FALSE(guest.poll(c)) << "an extra completion";
+    const auto s = ctl->stats().channels[0];
+    EXPECT_GT(s.inline_rounds, 0u);
+    EXPECT_GT(s.wakeups, 1u) << "the backend thread's completions never woke the worker";
+    EXPECT_EQ(s.completions, s.srbs);
+    // Requests in flight at the close: the close waits for them, none is lost.
+    for (int i = 0; i < 8; i++) guest.send_srb(c, rw10(false, uint32_t(i), 8), kBuf, 4096);
+    guest.close(c);
+    tear_down_gpadl(0x100);
+    ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
+    ctl->detach(0);
+}

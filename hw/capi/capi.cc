@@ -75,6 +75,7 @@ hvstor::storvsp::ControllerConfig to_cpp(const HvstorControllerConfig& c) {
     cc.max_subchannels = c.max_subchannels;
     cc.max_transfer_bytes = c.max_transfer_bytes;
     cc.max_outstanding_per_channel = c.max_outstanding;
+    cc.inline_rounds = !c.worker_only;
     if (c.name && *c.name) cc.name = c.name;
     return cc;
 }

@@ -99,7 +99,8 @@ std::string ScsiController::stats_json() const {
         w.num("packets_in", c.packets_in).num("packets_out", c.packets_out);
         w.num("srbs", c.srbs).num("completions", c.completions).num("srb_errors", c.srb_errors);
         w.num("bad_packets", c.bad_packets).num("guest_signals", c.guest_signals).num("interrupts", c.interrupts);
-        w.num("wakeups", c.wakeups).num("ring_full_waits", c.ring_full_waits).num("busy", c.busy);
+        w.num("wakeups", c.wakeups).num("inline_rounds", c.inline_rounds);
+        w.num("ring_full_waits", c.ring_full_waits).num("busy", c.busy);
         w.num("outstanding", c.outstanding).num("max_outstanding", c.max_outstanding).end_object();
     }
     return w.end_array().done();

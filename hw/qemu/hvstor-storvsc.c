@@ -3,7 +3,7 @@
  * hv-disk: a SCSI disk on one of its LUNs. The storage protocol, the SCSI
  * target and the backends live in the C++ core (include/hvstor/capi.h).
  *
- *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES]
+ *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES][,inline-rounds=off]
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
  *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...]
  *   -device hv-disk,bus=scsi0.0,lun=2,drive=DRIVE[,iothread=IOTHREAD]
@@ -59,6 +59,7 @@ struct HvStorvsc {
     uint16_t max_subchannels;
     uint32_t max_transfer;
     uint32_t max_outstanding;
+    bool inline_rounds;
     HvstorController *ctl;
 };
 
@@ -115,6 +116,7 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
                               : s->max_subchannels;
     cfg.max_transfer_bytes = s->max_transfer;
     cfg.max_outstanding = s->max_outstanding;
+    cfg.worker_only = !s->inline_rounds;
     name = dev->id ? g_strdup_printf("hv-storvsc %s", dev->id)
                    : g_strdup_printf("hv-storvsc #%u", controller_count - 1);
     cfg.name = name;
@@ -135,6 +137,7 @@ static const Property hv_storvsc_props[] = {
                        HV_STORVSC_SUBCHANNELS_AUTO),
     DEFINE_PROP_UINT32("max-transfer", HvStorvsc, max_transfer, 256 * 1024),
     DEFINE_PROP_UINT32("outstanding", HvStorvsc, max_outstanding, 256),
+    DEFINE_PROP_BOOL("inline-rounds", HvStorvsc, inline_rounds, true),
 };
 
 /* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */

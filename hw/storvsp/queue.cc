@@ -42,7 +42,7 @@ void Queue::join_closer() {
 
 Queue::~Queue() {
     join_closer();
-    std::unique_ptr<vmbus::ChannelRuntime> rt;
+    std::shared_ptr<vmbus::ChannelRuntime> rt;
     {
         std::lock_guard lock(mu_);
         rt = std::move(runtime_);
@@ -70,7 +70,9 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     state_ = InitState::Start;
     log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
-    runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err);
+    vmbus::ChannelRuntime::Options opt;
+    opt.inline_rounds = ctl_.cfg_.inline_rounds;
+    runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);
     return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
 }
 
@@ -103,8 +105,14 @@ void Queue::on_close(uint32_t, vmbus::CloseDone done) {
 }
 
 void Queue::on_guest_signal(uint32_t) {
-    std::lock_guard lock(mu_);
-    if (runtime_) runtime_->notify_guest_signal();
+    // Not under mu_: the signal may run a round here, whose commands may complete at once
+    // (done() takes mu_). The reference keeps the runtime alive if a close takes it now.
+    std::shared_ptr<vmbus::ChannelRuntime> rt;
+    {
+        std::lock_guard lock(mu_);
+        rt = runtime_;
+    }
+    if (rt) rt->notify_guest_signal();
 }
 
 void Queue::on_target_vp(uint32_t, uint32_t vp) {
@@ -149,6 +157,12 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
             trace<HVSTOR_TRACE_storvsp_enumerate>(ctl_.host_, ch.relid());
         }
     }
+}
+
+bool Queue::may_run_inline(vmbus::ChannelRuntime&) {
+    // Only the data path: the handshake stays on the worker. SRBs map guest pages and
+    // submit to backends, none of which blocks (see backend::Backend::submit).
+    return ctl_.cfg_.inline_rounds && state_ == InitState::Ready;
 }
 
 bool Queue::can_accept(vmbus::ChannelRuntime& ch) {
@@ -560,6 +574,7 @@ ChannelStatsSnapshot Queue::stats() const {
     s.guest_signals = ring_stats_.guest_signals.load(std::memory_order_relaxed);
     s.interrupts = ring_stats_.host_signals.load(std::memory_order_relaxed);
     s.wakeups = ring_stats_.wakeups.load(std::memory_order_relaxed);
+    s.inline_rounds = ring_stats_.inline_rounds.load(std::memory_order_relaxed);
     s.ring_full_waits = ring_stats_.ring_full_waits.load(std::memory_order_relaxed);
     s.srbs = srbs_.read();
     s.completions = completions_.read();

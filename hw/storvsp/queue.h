@@ -77,8 +77,10 @@ public:
     void on_guest_signal(uint32_t relid) override;
     void on_target_vp(uint32_t relid, uint32_t vp) override;
 
-    // vmbus::PacketHandler (the channel's worker thread)
+    // vmbus::PacketHandler (the thread running the channel's round: its worker, or a
+    // signalling vCPU thread once the channel is ready)
     void on_wake(vmbus::ChannelRuntime& ch) override;
+    bool may_run_inline(vmbus::ChannelRuntime& ch) override;
     bool can_accept(vmbus::ChannelRuntime& ch) override;
     void on_packet(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) override;
     void on_batch_end(vmbus::ChannelRuntime& ch) override;
@@ -109,7 +111,8 @@ private:
     std::atomic<uint32_t> relid_{0};
 
     mutable std::mutex mu_;                   // runtime_ against close
-    std::unique_ptr<vmbus::ChannelRuntime> runtime_;
+    // Shared: a guest signal uses it outside mu_ (see on_guest_signal), a closer stops it.
+    std::shared_ptr<vmbus::ChannelRuntime> runtime_;
     // Finishes a close off the vCPU thread: stops the worker once its outstanding commands
     // completed, then tells the bus. Joined at the next close and by the destructor (the
     // bus allows no reopen before it is done, so one is enough).

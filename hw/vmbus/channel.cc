@@ -9,8 +9,35 @@
 
 namespace hvstor::vmbus {
 
+namespace {
+
+// The channel whose round this thread is running, if any: a wake() from inside the round
+// (a command that completed at once) asks for one more round instead of a wake-up.
+thread_local ChannelRuntime* tl_round = nullptr;
+
+class RoundScope {
+public:
+    explicit RoundScope(ChannelRuntime* ch) : prev_(tl_round) { tl_round = ch; }
+    ~RoundScope() { tl_round = prev_; }
+    RoundScope(const RoundScope&) = delete;
+    RoundScope& operator=(const RoundScope&) = delete;
+
+private:
+    ChannelRuntime* prev_;
+};
+
+// An inline round takes at most this many packets; the worker takes the rest. It bounds
+// the time a vCPU thread spends on the ring (storvsc's queue depth per channel is far
+// larger only under heavy load, when the worker is awake anyway).
+constexpr uint32_t kInlineBudget = 32;
+// Rounds an inline turn runs for completions that came at once (each round sends those of
+// the one before).
+constexpr int kInlineRounds = 3;
+
+} // namespace
+
 std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenRequest& req, PacketHandler& handler,
-                                                     ChannelStats& stats, std::string& err) {
+                                                     ChannelStats& stats, std::string& err, Options opt) {
     // The bus checked the split; check again here, where an unsigned subtraction depends on it.
     const size_t split = req.downstream_page_offset;
     if (split < 2 || split > req.ring_pfns.size() || req.ring_pfns.size() - split < 2) {
@@ -22,7 +49,8 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
         err = "ring pages are not guest RAM";
         return nullptr;
     }
-    std::unique_ptr<ChannelRuntime> ch(new ChannelRuntime(host, req, std::move(in), std::move(out), handler, stats));
+    std::unique_ptr<ChannelRuntime> ch(
+        new ChannelRuntime(host, req, std::move(in), std::move(out), handler, stats, opt));
     if (ch->efd_ < 0) {
         err = "eventfd failed";
         return nullptr;
@@ -37,10 +65,10 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
 }
 
 ChannelRuntime::ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out,
-                               PacketHandler& handler, ChannelStats& stats)
+                               PacketHandler& handler, ChannelStats& stats, Options opt)
     : host_(host), signal_(req.signal), relid_(req.child_relid),
       log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": "), target_vp_(req.target_vp), in_(std::move(in)),
-      out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)), stats_(stats) {
+      out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)), stats_(stats), opt_(opt) {
     pkt_.reserve(kMaxIncomingPacket);
 }
 
@@ -59,13 +87,54 @@ void ChannelRuntime::stop() {
 }
 
 void ChannelRuntime::wake() {
+    if (tl_round == this) {
+        rerun_ = true;
+        return;
+    }
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(efd_, &one, sizeof one);
 }
 
 void ChannelRuntime::notify_guest_signal() {
     stats_.guest_signals++;
-    wake();
+    if (!opt_.inline_rounds || !run_inline()) wake();
+}
+
+bool ChannelRuntime::run_inline() {
+    // Not within a round of any channel: a round never nests in another.
+    if (tl_round) return false;
+    uint32_t idle = kIdle;
+    if (!owner_.compare_exchange_strong(idle, kInline, std::memory_order_acquire)) return false;
+    bool more;
+    if (stopping_ || !handler_.may_run_inline(*this)) {
+        more = true;
+    } else {
+        stats_.inline_rounds++;
+        RoundScope scope(this);
+        in_.set_interrupt_mask(true);
+        int rounds = 0;
+        do {
+            rerun_ = false;
+            pump(kInlineBudget);
+        } while (rerun_ && ++rounds < kInlineRounds);
+        // As the worker does before it sleeps: unmask, then look again.
+        in_.set_interrupt_mask(false);
+        more = rerun_ || (!broken_ && !in_.empty() && handler_.can_accept(*this));
+        rerun_ = false;
+    }
+    owner_.store(kIdle, std::memory_order_release);
+    owner_.notify_one();
+    if (more) wake(); // the worker takes it from here
+    return true;
+}
+
+void ChannelRuntime::take_back() {
+    uint32_t expect = kIdle;
+    while (!owner_.compare_exchange_weak(expect, kWorker, std::memory_order_acquire)) {
+        // An inline round is short and never waits: wait for its end.
+        if (expect == kInline) owner_.wait(kInline, std::memory_order_relaxed);
+        expect = kIdle;
+    }
 }
 
 bool ChannelRuntime::send(PacketType type, uint16_t flags, uint64_t trans_id, std::span<const uint8_t> payload) {
@@ -104,10 +173,10 @@ void ChannelRuntime::signal_guest() {
 
 // One round: completions out first (they free room and credits), then as many incoming
 // packets as the handler accepts, then one signal each way at most.
-bool ChannelRuntime::pump() {
+bool ChannelRuntime::pump(uint32_t budget) {
     handler_.on_wake(*this);
     bool did = false;
-    while (!broken_ && handler_.can_accept(*this)) {
+    for (uint32_t taken = 0; taken < budget && !broken_ && handler_.can_accept(*this); taken++) {
         PacketDescriptor d{};
         auto st = in_.peek(d, pkt_);
         if (st == IncomingRing::Status::Empty) break;
@@ -132,11 +201,16 @@ bool ChannelRuntime::pump() {
 }
 
 void ChannelRuntime::run() {
+    // The worker holds the channel from the start (owner_ is kWorker) and keeps it once
+    // stopping: no inline round after that.
+    RoundScope scope(this);
     in_.set_interrupt_mask(true);
     while (!stopping_) {
         stats_.wakeups++;
+        rerun_ = false;
         pump();
         if (stopping_) break;
+        if (rerun_) continue; // completions came during the round
         // Unmask, then look again before sleeping: the guest only signals an empty ring
         // becoming non-empty while unmasked.
         in_.set_interrupt_mask(false);
@@ -144,10 +218,12 @@ void ChannelRuntime::run() {
             in_.set_interrupt_mask(true);
             continue;
         }
+        owner_.store(kIdle, std::memory_order_release);
         pollfd p{efd_, POLLIN, 0};
         poll(&p, 1, -1);
         uint64_t v;
         [[maybe_unused]] ssize_t n = read(efd_, &v, sizeof v);
+        take_back();
         in_.set_interrupt_mask(true);
     }
     handler_.on_stop(*this);

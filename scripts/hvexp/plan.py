@@ -365,7 +365,7 @@ class Plan:
             self._check_scale(v, "vm-perf", vmperf)
             self._slowed = True
             out += ["-device", "hv-vmbus-bridge,vm-perf=" + qemu_escape(self._with_scale(vmperf))]
-        sc = self.spec.experiment.get("storvsc", "")
+        sc = self._val(v, "storvsc", "")
         out += ["-device", "hv-storvsc,id=scsi0" + ("," + sc if sc else "")]
         for i, disk in enumerate(self.spec.disks):
             props = [f"id=disk{i}", "bus=scsi0.0", f"lun={i}"]

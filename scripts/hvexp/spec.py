@@ -15,7 +15,7 @@ EXPERIMENT_KEYS = frozenset("""
     scsi-debug trace virtio-scsi host-load""".split())
 VARIANT_KEYS = frozenset("""
     description kernel modules kdir storvsc-source vcpus mem patch ko params append tunables perf vm-perf
-    published published-ratio expect device scsi-debug virtio-scsi host-load""".split())
+    published published-ratio expect device scsi-debug virtio-scsi host-load storvsc""".split())
 REPEATABLE = frozenset(["expect"])
 
 _SECTION = re.compile(r"^\[([a-z]+)(?:\s+([A-Za-z0-9_][A-Za-z0-9_.-]*))?\]\s*(?:[#;].*)?$")

@@ -47,6 +47,7 @@ try:
                                  for c in ctl['channels']) else 'not all')
     say('BUS-VERSION', bus['version'], 'GPADLS', bus['gpadls'])
     say('SRBS', ctl['srbs'])
+    say('INLINE-ROUNDS', sum(c['inline_rounds'] for c in ctl['channels']))
     q.command('device_add', driver='hv-disk', id='go', bus='scsi0.0', lun=1, backend='null', size=1 << 20)
     q.close()
 except QmpError as e:
@@ -88,7 +89,8 @@ check "stats: read over QMP while the guest ran" has '^host: CONTROLLER \{'
 check "stats: SRBs on more than one channel" has '^host: CHANNELS-WITH-SRBS [2-4]$'
 check "stats: the controller and the bus agree on 4 open channels" has '^host: OPEN-CHANNELS 4 4$'
 check "stats: every SRB answered" has '^host: ANSWERED all$'
+check "stats: guest signals ran rounds on their vCPU threads (inline rounds)" has '^host: INLINE-ROUNDS [1-9][0-9]*$'
 check "stats: the bus negotiated 5.3 and holds the ring GPADLs" has '^host: BUS-VERSION 5.3 GPADLS [4-9]'
 check "the guest resumed when the host plugged the second disk" has '^RESUMED after'
-grep -E '^(CHANNELS|host: (CHANNELS-WITH|OPEN|ANSWERED|BUS-VERSION|SRBS))' "$OUT" | sed 's/^/  /'
+grep -E '^(CHANNELS|host: (CHANNELS-WITH|OPEN|ANSWERED|BUS-VERSION|SRBS|INLINE))' "$OUT" | sed 's/^/  /'
 finish

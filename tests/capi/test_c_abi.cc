@@ -114,7 +114,7 @@ std::string take(char*& err) {
 constexpr uint16_t kPort = 0x5A58;
 constexpr uint8_t kInstance[16] = {0x1b, 0x78, 0xb3, 0xf8, 0x82, 0x1e, 0x18, 0x48,
                                    0xa1, 0xc3, 0x63, 0xd8, 0x06, 0xec, 0x15, 0x00};
-constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0"};
+constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0", 0};
 
 class CAbiTest : public ::testing::Test {
 protected:
@@ -365,7 +365,7 @@ TEST_F(CAbiTest, ControllerAndBusStatsAsJson) {
     EXPECT_STREQ(json, R"({"srbs":0,"completions":0,"srb_errors":0,"bad_packets":0,"subchannels_offered":0,)"
                        R"("open_channels":0,"channels":[{"index":0,"relid":1,"open":false,"packets_in":0,)"
                        R"("packets_out":0,"srbs":0,"completions":0,"srb_errors":0,"bad_packets":0,)"
-                       R"("guest_signals":0,"interrupts":0,"wakeups":0,"ring_full_waits":0,"busy":0,)"
+                       R"("guest_signals":0,"interrupts":0,"wakeups":0,"inline_rounds":0,"ring_full_waits":0,"busy":0,)"
                        R"("outstanding":0,"max_outstanding":0}]})");
     std::free(json);
     json = hvstor_vmbus_stats_json(vb);

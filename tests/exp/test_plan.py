@@ -31,6 +31,11 @@ def test_hv_devices_scale_and_escape():
     assert p.eff_scale == 8 and p.variants["stock"].wait_disks == 1
 
 
+def test_variant_storvsc_replaces_the_experiments():
+    p = make(spec_text(exp_extra="storvsc = outstanding=128", stock_extra="storvsc = inline-rounds=off"))
+    assert p.variants["stock"].devices[1] == "hv-storvsc,id=scsi0,inline-rounds=off"
+
+
 def test_time_scale_without_perf_is_ignored():
     p = make(spec_text(exp_extra="time-scale = 8"))
     assert p.eff_scale == 1 and "ignored" in p.scale_note

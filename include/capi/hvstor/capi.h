@@ -102,6 +102,8 @@ typedef struct HvstorControllerConfig {
     uint32_t max_transfer_bytes;  /* largest SRB data transfer */
     uint32_t max_outstanding;     /* per channel, before back-pressure */
     const char *name;             /* names it in guest-error lines; NULL: "storvsp" */
+    uint8_t worker_only;          /* 1: every ring round on the channel's worker, none on
+                                     the signalling vCPU thread (inline-rounds=off) */
 } HvstorControllerConfig;
 
 /*

@@ -28,6 +28,10 @@ struct ControllerConfig {
     // not read (the guest sees a full ring and requeues), never dropped.
     uint32_t max_outstanding_per_channel = 256;
     uint16_t max_protocol_version = kVersionWin10;
+    // Once a channel is ready, a guest signal finding its worker asleep runs the round
+    // (taking the SRBs, submitting them, sending what completed at once) on the signalling
+    // vCPU thread. Off: every round on the channel's worker.
+    bool inline_rounds = true;
     // How guest-error lines name the controller ("hv-storvsc scsi0").
     std::string name = "storvsp";
 };
@@ -54,6 +58,7 @@ struct ChannelStatsSnapshot {
     uint64_t srb_errors = 0;   // answered with an SRB status other than success
     uint64_t bad_packets = 0;  // malformed or out of state
     uint64_t guest_signals = 0, interrupts = 0, wakeups = 0;
+    uint64_t inline_rounds = 0;    // rounds run on the signalling vCPU thread (inline_rounds)
     uint64_t ring_full_waits = 0;  // completions waited for room (pending_send_sz)
     uint64_t busy = 0;             // the ring was left unread: every request slot in use
     uint32_t outstanding = 0, max_outstanding = 0;

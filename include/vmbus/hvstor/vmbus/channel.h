@@ -1,7 +1,11 @@
 // The runtime of one open VMBus channel: its two rings, a worker thread, and signalling
-// both ways. A device (storvsp) supplies a PacketHandler; guest signals and device
-// completions only wake the worker, which does all ring work in batches. It needs only
-// the Host (to map the ring pages) and the bus's GuestSignal: no partition, no server.
+// both ways. A device (storvsp) supplies a PacketHandler; ring work is done in rounds
+// (completions out, then a batch of incoming packets), one thread at a time. The worker
+// does the rounds except while it sleeps: then a guest signal runs the round on the
+// signalling thread itself (the vCPU's, as virtio does under TCG), sparing a thread
+// wake-up per request, if the handler allows it at that point. Device completions only
+// wake the worker. It needs only the Host (to map the ring pages) and the bus's
+// GuestSignal: no partition, no server.
 #pragma once
 
 #include <atomic>
@@ -34,8 +38,12 @@ public:
     virtual void on_packet(ChannelRuntime& ch, const PacketDescriptor& d, std::span<const uint8_t> packet) = 0;
     // After a batch of packets: submit what was collected.
     virtual void on_batch_end(ChannelRuntime& ch) = 0;
+    // Asked by the thread that holds the channel: whether this round may run on the thread
+    // that signalled (a vCPU thread, holding the VMM's big lock). Such a round must never
+    // wait: on_wake, on_packet and on_batch_end must not block then.
+    virtual bool may_run_inline(ChannelRuntime& /*ch*/) { return false; }
     // The worker is stopping (channel closed): wait for and drop outstanding work. No
-    // packets may be sent any more.
+    // packets may be sent any more. Always on the worker.
     virtual void on_stop(ChannelRuntime& ch) = 0;
 };
 
@@ -46,24 +54,37 @@ struct ChannelStats {
     std::atomic<uint64_t> guest_signals{0};   // SIGNAL_EVENTs from the guest
     std::atomic<uint64_t> host_signals{0};    // interrupts to the guest
     std::atomic<uint64_t> wakeups{0};
+    std::atomic<uint64_t> inline_rounds{0};   // rounds run on the signalling thread
     std::atomic<uint64_t> ring_full_waits{0}; // back-pressure episodes
+};
+
+struct ChannelOptions {
+    // A guest signal on an idle channel runs the round on the signalling thread when the
+    // handler allows it (PacketHandler::may_run_inline); otherwise every round is the
+    // worker's.
+    bool inline_rounds = true;
 };
 
 class ChannelRuntime {
 public:
+    using Options = ChannelOptions;
+
     // Maps the ring pages of the open request and starts the worker; nullptr with `err` if
     // the pages are not RAM or no thread could be started. `stats` outlives the runtime.
     static std::unique_ptr<ChannelRuntime> open(Host& host, const OpenRequest& req, PacketHandler& handler,
-                                                ChannelStats& stats, std::string& err);
+                                                ChannelStats& stats, std::string& err, Options opt = {});
     ~ChannelRuntime(); // stops the worker (see stop())
     ChannelRuntime(const ChannelRuntime&) = delete;
     ChannelRuntime& operator=(const ChannelRuntime&) = delete;
 
-    // Any thread: wake the worker (a guest signal, or completed work to send).
+    // Any thread. A guest signal: runs a round here if the channel is idle and inline
+    // rounds are allowed, else wakes the worker. Never waits for the round's thread.
     void notify_guest_signal();
+    // Any thread: completed work to send. From within a round (a synchronous completion)
+    // it only asks that round's thread for one more round.
     void wake();
 
-    // Worker thread only.
+    // The thread running the current round only (the worker, or a signalling thread).
     bool send(PacketType type, uint16_t flags, uint64_t trans_id, std::span<const uint8_t> payload);
     uint32_t out_free_bytes() const { return out_.free_bytes(); }
     // Returns whether `bytes` are free in the outgoing ring. When not, asks the guest to
@@ -82,10 +103,23 @@ public:
 
 private:
     ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler,
-                   ChannelStats& stats);
+                   ChannelStats& stats, Options opt);
     void run();
-    bool pump();  // one round; returns true if it did anything
+    // One round: at most `budget` incoming packets; returns true if it took any.
+    bool pump(uint32_t budget = UINT32_MAX);
     void signal_guest();
+    // A round on this thread if the channel is idle; false if another thread has it.
+    bool run_inline();
+    // The worker, after its sleep: takes the channel back, waiting out an inline round.
+    void take_back();
+
+    // Who may do ring work: the worker, nobody (the worker sleeps; a signalling thread
+    // may take it), or a signalling thread. Whoever holds it is the only thread touching
+    // the rings, the handler's round state and the members below; release/acquire on this
+    // hands them over.
+    enum Owner : uint32_t { kWorker, kIdle, kInline };
+    std::atomic<uint32_t> owner_{kWorker};
+    bool rerun_ = false; // the owner: wake() during the round asked for another
 
     Host& host_;
     GuestSignal signal_;
@@ -102,6 +136,7 @@ private:
     ChannelStats& stats_;
     std::vector<uint8_t> pkt_;
     bool waiting_room_ = false;
+    const Options opt_;
 };
 
 } // namespace hvstor::vmbus
