@@ -131,8 +131,13 @@ void Queue::done(IoContext* ctx) {
     }
     done_cv_.notify_one();
     if (!first) return;
-    std::lock_guard lock(mu_);
-    if (runtime_) runtime_->wake();
+    // Not under mu_: the completion may run a round on this thread (see on_guest_signal).
+    std::shared_ptr<vmbus::ChannelRuntime> rt;
+    {
+        std::lock_guard lock(mu_);
+        rt = runtime_;
+    }
+    if (rt) rt->notify_completion();
 }
 
 void Queue::on_wake(vmbus::ChannelRuntime& ch) {
@@ -160,8 +165,9 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
 }
 
 bool Queue::may_run_inline(vmbus::ChannelRuntime&) {
-    // Only the data path: the handshake stays on the worker. SRBs map guest pages and
-    // submit to backends, none of which blocks (see backend::Backend::submit).
+    // Not during the handshake, which stays on the worker. After it: SRBs (mapping guest
+    // pages, submitting to backends, none of which blocks) and CREATE_SUB_CHANNELS (offers
+    // under the server's lock, messages posted without waiting).
     return ctl_.cfg_.inline_rounds && state_ == InitState::Ready;
 }
 

@@ -100,6 +100,10 @@ void ChannelRuntime::notify_guest_signal() {
     if (!opt_.inline_rounds || !run_inline()) wake();
 }
 
+void ChannelRuntime::notify_completion() {
+    if (!opt_.inline_rounds || !run_inline()) wake();
+}
+
 bool ChannelRuntime::run_inline() {
     // Not within a round of any channel: a round never nests in another.
     if (tl_round) return false;

@@ -40,7 +40,9 @@ class CompletionSink {
 public:
     virtual ~CompletionSink() = default;
     // Called exactly once per submitted request, from any thread (possibly the submitting
-    // one, before submit() returns). The request memory belongs to the submitter.
+    // one, before submit() returns). The request memory belongs to the submitter. The
+    // backend holds none of its own locks when it calls this: the completion may submit
+    // again on the same thread (a channel's round run by the completing thread).
     virtual void complete(Request* req) = 0;
 };
 

@@ -1,11 +1,11 @@
 // The runtime of one open VMBus channel: its two rings, a worker thread, and signalling
 // both ways. A device (storvsp) supplies a PacketHandler; ring work is done in rounds
 // (completions out, then a batch of incoming packets), one thread at a time. The worker
-// does the rounds except while it sleeps: then a guest signal runs the round on the
-// signalling thread itself (the vCPU's, as virtio does under TCG), sparing a thread
-// wake-up per request, if the handler allows it at that point. Device completions only
-// wake the worker. It needs only the Host (to map the ring pages) and the bus's
-// GuestSignal: no partition, no server.
+// does the rounds except while it sleeps: then the thread that brings work runs the round
+// itself, if the handler allows it at that point: a guest signal on its vCPU thread (as
+// virtio does under TCG), a completion on the backend's thread. That spares a thread
+// wake-up per request each way. It needs only the Host (to map the ring pages) and the
+// bus's GuestSignal: no partition, no server.
 #pragma once
 
 #include <atomic>
@@ -39,8 +39,9 @@ public:
     // After a batch of packets: submit what was collected.
     virtual void on_batch_end(ChannelRuntime& ch) = 0;
     // Asked by the thread that holds the channel: whether this round may run on the thread
-    // that signalled (a vCPU thread, holding the VMM's big lock). Such a round must never
-    // wait: on_wake, on_packet and on_batch_end must not block then.
+    // that brought the work (a vCPU thread holding the VMM's big lock, or a backend's
+    // completion thread). Such a round must never wait: on_wake, on_packet and
+    // on_batch_end must not block then.
     virtual bool may_run_inline(ChannelRuntime& /*ch*/) { return false; }
     // The worker is stopping (channel closed): wait for and drop outstanding work. No
     // packets may be sent any more. Always on the worker.
@@ -54,14 +55,14 @@ struct ChannelStats {
     std::atomic<uint64_t> guest_signals{0};   // SIGNAL_EVENTs from the guest
     std::atomic<uint64_t> host_signals{0};    // interrupts to the guest
     std::atomic<uint64_t> wakeups{0};
-    std::atomic<uint64_t> inline_rounds{0};   // rounds run on the signalling thread
+    std::atomic<uint64_t> inline_rounds{0};   // rounds run on a signalling or completing thread
     std::atomic<uint64_t> ring_full_waits{0}; // back-pressure episodes
 };
 
 struct ChannelOptions {
-    // A guest signal on an idle channel runs the round on the signalling thread when the
-    // handler allows it (PacketHandler::may_run_inline); otherwise every round is the
-    // worker's.
+    // A guest signal or a completion on an idle channel runs the round on its own thread
+    // when the handler allows it (PacketHandler::may_run_inline); otherwise every round is
+    // the worker's.
     bool inline_rounds = true;
 };
 
@@ -80,8 +81,12 @@ public:
     // Any thread. A guest signal: runs a round here if the channel is idle and inline
     // rounds are allowed, else wakes the worker. Never waits for the round's thread.
     void notify_guest_signal();
-    // Any thread: completed work to send. From within a round (a synchronous completion)
-    // it only asks that round's thread for one more round.
+    // Any thread: completed work to send. Like a guest signal, runs a round here if the
+    // channel is idle (a backend's completion thread then sends it, with the interrupt),
+    // else wakes the worker. Never waits for the round's thread.
+    void notify_completion();
+    // Any thread: wakes the worker. From within a round of this channel (a command that
+    // completed at once) it only asks that round's thread for one more round.
     void wake();
 
     // The thread running the current round only (the worker, or a signalling thread).
