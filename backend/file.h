@@ -93,6 +93,8 @@ public:
     std::string describe() const override;
     void submit(std::span<Request* const> reqs) override;
     void drain() override { inflight_.wait(); }
+    // io_submit on the buffered descriptor (direct=off, or a request O_DIRECT cannot take)
+    // does the I/O before it returns; a busy kernel makes it retry.
     bool resize(uint64_t bytes, std::string& err) override;
 
 private:

@@ -13,6 +13,7 @@ constexpr uint32_t kBlock = 512;
 
 class NullBackend final : public Backend {
 public:
+    bool submit_may_block() const override { return false; }
     explicit NullBackend(uint64_t size) : size_(size) {}
     ~NullBackend() override { drain(); }
 

@@ -45,6 +45,8 @@ public:
     }
 
     void drain() override { inflight_.wait(); }
+    // A copy within memory mapped at creation.
+    bool submit_may_block() const override { return false; }
 
     // Within the mapping made at creation. A request checked against the old size may
     // still copy beyond a new, smaller one: the memory stays mapped, so that is harmless.

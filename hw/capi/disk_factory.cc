@@ -24,6 +24,7 @@ public:
     bool read_only() const override { return true; }
     std::string describe() const override { return inner_->describe() + " (read-only)"; }
     void drain() override { inner_->drain(); }
+    bool submit_may_block() const override { return inner_->submit_may_block(); }
     // RAM and null keep their bytes in memory or nowhere: a read-only disk may still change
     // its capacity, as a host resizing a read-only volume would.
     bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }

@@ -86,8 +86,12 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
         err = "lun must be below " + std::to_string(kMaxLuns);
         return false;
     }
+    // Counted before the disk is visible: no round may run inline over it.
+    const bool blocks = disk && disk->submit_may_block();
+    if (blocks) blocking_disks_.fetch_add(1);
     scsi::Disk* none = nullptr;
     if (!luns_[lun].compare_exchange_strong(none, disk)) {
+        if (blocks) blocking_disks_.fetch_sub(1);
         err = "lun " + std::to_string(lun) + " is already in use";
         return false;
     }
@@ -97,7 +101,7 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
 
 void Controller::detach(uint8_t lun) {
     if (lun >= kMaxLuns) return;
-    luns_[lun].store(nullptr);
+    scsi::Disk* old = luns_[lun].exchange(nullptr);
     // Workers look disks up without a lock; wait until none can still hold the old one.
     std::vector<Queue*> queues;
     {
@@ -105,6 +109,8 @@ void Controller::detach(uint8_t lun) {
         for (auto& c : channels_) queues.push_back(c.get());
     }
     for (Queue* q : queues) q->wait_batch_boundary();
+    // Only once no round can still submit to it.
+    if (old && old->submit_may_block()) blocking_disks_.fetch_sub(1);
     channels_[0]->request_enumerate();
 }
 

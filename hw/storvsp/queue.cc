@@ -165,10 +165,21 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
 }
 
 bool Queue::may_run_inline(vmbus::ChannelRuntime&) {
-    // Not during the handshake, which stays on the worker. After it: SRBs (mapping guest
-    // pages, submitting to backends, none of which blocks) and CREATE_SUB_CHANNELS (offers
-    // under the server's lock, messages posted without waiting).
-    return ctl_.cfg_.inline_rounds && state_ == InitState::Ready;
+    // Once the primary finished the handshake (subchannels have none of their own), and
+    // while every attached disk's submits return without waiting.
+    return ctl_.cfg_.inline_rounds && ctl_.ready_.load() && ctl_.blocking_disks_.load() == 0;
+}
+
+bool Queue::takes_inline(const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) {
+    // SRBs only: control operations (resets, CREATE_SUB_CHANNELS with its allocations and
+    // offers) and malformed packets go to the worker.
+    const uint32_t off = uint32_t(d.offset8) * 8;
+    uint32_t op = 0;
+    if ((d.type != uint16_t(vmbus::PacketType::DataInband) && d.type != uint16_t(vmbus::PacketType::DataUsingGpaDirect)) ||
+        off > pkt.size() || pkt.size() - off < kVstorPacketMin)
+        return false;
+    std::memcpy(&op, pkt.data() + off, sizeof op);
+    return static_cast<Operation>(op) == Operation::ExecuteSrb;
 }
 
 bool Queue::can_accept(vmbus::ChannelRuntime& ch) {

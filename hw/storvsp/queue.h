@@ -81,6 +81,7 @@ public:
     // signalling vCPU thread once the channel is ready)
     void on_wake(vmbus::ChannelRuntime& ch) override;
     bool may_run_inline(vmbus::ChannelRuntime& ch) override;
+    bool takes_inline(const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) override;
     bool can_accept(vmbus::ChannelRuntime& ch) override;
     void on_packet(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) override;
     void on_batch_end(vmbus::ChannelRuntime& ch) override;

@@ -109,27 +109,32 @@ bool ChannelRuntime::run_inline() {
     if (tl_round) return false;
     uint32_t idle = kIdle;
     if (!owner_.compare_exchange_strong(idle, kInline, std::memory_order_acquire)) return false;
-    bool more;
-    if (stopping_ || !handler_.may_run_inline(*this)) {
-        more = true;
-    } else {
-        stats_.inline_rounds++;
-        RoundScope scope(this);
-        in_.set_interrupt_mask(true);
-        int rounds = 0;
-        do {
-            rerun_ = false;
-            pump(kInlineBudget);
-        } while (rerun_ && ++rounds < kInlineRounds);
-        // As the worker does before it sleeps: unmask, then look again.
-        in_.set_interrupt_mask(false);
-        more = rerun_ || (!broken_ && !in_.empty() && handler_.can_accept(*this));
-        rerun_ = false;
-    }
+    const bool more = stopping_ || !handler_.may_run_inline(*this) || inline_rounds();
     owner_.store(kIdle, std::memory_order_release);
     owner_.notify_one();
     if (more) wake(); // the worker takes it from here
     return true;
+}
+
+// noexcept: a round that failed halfway (a batch begun, completions taken: only an
+// allocation can fail) cannot be handed to the worker, and returning without ending it
+// would leave the channel owned by nobody for good. The process ends instead, as it does
+// when the worker thread's round throws, and as QEMU does when an allocation fails.
+bool ChannelRuntime::inline_rounds() noexcept {
+    stats_.inline_rounds++;
+    RoundScope scope(this);
+    in_.set_interrupt_mask(true);
+    int rounds = 0;
+    do {
+        rerun_ = false;
+        pump(kInlineBudget, true);
+    } while (rerun_ && ++rounds < kInlineRounds);
+    // As the worker does before it sleeps: unmask, then look again. A packet the handler
+    // left for the worker is still in the ring.
+    in_.set_interrupt_mask(false);
+    const bool more = rerun_ || (!broken_ && !in_.empty() && handler_.can_accept(*this));
+    rerun_ = false;
+    return more;
 }
 
 void ChannelRuntime::take_back() {
@@ -177,7 +182,7 @@ void ChannelRuntime::signal_guest() {
 
 // One round: completions out first (they free room and credits), then as many incoming
 // packets as the handler accepts, then one signal each way at most.
-bool ChannelRuntime::pump(uint32_t budget) {
+bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
     handler_.on_wake(*this);
     bool did = false;
     for (uint32_t taken = 0; taken < budget && !broken_ && handler_.can_accept(*this); taken++) {
@@ -193,6 +198,7 @@ bool ChannelRuntime::pump(uint32_t budget) {
                  "the channel stops", unsigned(d.type), unsigned(d.offset8), unsigned(d.len8));
             break;
         }
+        if (inline_round && !handler_.takes_inline(d, pkt_)) break;
         in_.consume();
         stats_.packets_in++;
         handler_.on_packet(*this, d, pkt_);

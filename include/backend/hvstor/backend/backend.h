@@ -59,6 +59,11 @@ public:
     // backend with -EROFS.
     virtual void submit(std::span<Request* const> reqs) = 0;
 
+    // Whether submit() may wait: for the disk (a buffered write), for room, for a lock held
+    // long. A channel's round runs on the guest's vCPU thread (which holds QEMU's big lock)
+    // only while no disk on the controller says so.
+    virtual bool submit_may_block() const { return true; }
+
     // Returns once every submitted request has completed.
     virtual void drain() = 0;
 

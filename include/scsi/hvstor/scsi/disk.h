@@ -83,6 +83,8 @@ struct Target;
 class Disk : private backend::CompletionSink {
 public:
     Disk(backend::Backend& be, const DiskConfig& cfg, CommandSink& sink);
+    // Whether submitting to this disk may wait (backend::Backend::submit_may_block).
+    bool submit_may_block() const { return be_.submit_may_block(); }
     ~Disk() override;
 
     // Starts commands; each completes exactly once through the CommandSink. Thread-safe.

@@ -28,9 +28,10 @@ struct ControllerConfig {
     // not read (the guest sees a full ring and requeues), never dropped.
     uint32_t max_outstanding_per_channel = 256;
     uint16_t max_protocol_version = kVersionWin10;
-    // Once a channel is ready, a guest signal finding its worker asleep runs the round
-    // (taking the SRBs, submitting them, sending what completed at once) on the signalling
-    // vCPU thread. Off: every round on the channel's worker.
+    // Once the controller is ready, a guest signal or a completion finding a channel's
+    // worker asleep runs the round (taking the SRBs, submitting them, sending what completed
+    // at once) on its own thread, while no attached disk's submits may block. Control
+    // packets always go to the worker. Off: every round on the channel's worker.
     bool inline_rounds = true;
     // How guest-error lines name the controller ("hv-storvsc scsi0").
     std::string name = "storvsp";
@@ -122,6 +123,9 @@ private:
     std::vector<std::unique_ptr<Queue>> channels_; // [0] primary
     uint32_t primary_relid_ = 0;
     std::atomic<bool> ready_{false}; // the primary finished the handshake
+    // Attached disks whose submits may wait: while there is one, no round runs inline (a
+    // vCPU thread must not wait for a disk while it holds the BQL).
+    std::atomic<uint32_t> blocking_disks_{0};
 };
 
 } // namespace hvstor::storvsp

@@ -43,6 +43,9 @@ public:
     // completion thread). Such a round must never wait: on_wake, on_packet and
     // on_batch_end must not block then.
     virtual bool may_run_inline(ChannelRuntime& /*ch*/) { return false; }
+    // In such a round, before a packet is taken (a checked copy): false leaves it in the
+    // ring and ends the round; the worker takes it. For packets whose handling may wait.
+    virtual bool takes_inline(const PacketDescriptor& /*d*/, std::span<const uint8_t> /*packet*/) { return true; }
     // The worker is stopping (channel closed): wait for and drop outstanding work. No
     // packets may be sent any more. Always on the worker.
     virtual void on_stop(ChannelRuntime& ch) = 0;
@@ -110,8 +113,11 @@ private:
     ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler,
                    ChannelStats& stats, Options opt);
     void run();
-    // One round: at most `budget` incoming packets; returns true if it took any.
-    bool pump(uint32_t budget = UINT32_MAX);
+    // One round: at most `budget` incoming packets; returns true if it took any. An inline
+    // round asks the handler before taking each packet (takes_inline).
+    bool pump(uint32_t budget = UINT32_MAX, bool inline_round = false);
+    // run_inline's rounds; whether the worker must take over. noexcept: see channel.cc.
+    bool inline_rounds() noexcept;
     void signal_guest();
     // A round on this thread if the channel is idle; false if another thread has it.
     bool run_inline();
