@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "validate.h"
+#include "hvstor/thread.h"
 
 namespace hvstor::backend {
 namespace detail {
@@ -71,8 +72,8 @@ bool FileBackend::start(std::string& err) {
         return false;
     }
     free_slots_ = ctx_depth_;
-    reaper_ = std::thread([this] { reap_loop(); });
-    for (unsigned i = 0; i < kWorkers; i++) workers_.emplace_back([this] { worker_loop(); });
+    reaper_ = start_thread("hvstor-aio", [this] { reap_loop(); });
+    for (unsigned i = 0; i < kWorkers; i++) workers_.push_back(start_thread("hvstor-file", [this] { worker_loop(); }));
     return true;
 }
 

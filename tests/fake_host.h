@@ -33,34 +33,42 @@ public:
     // Copies are serialized, as one guest CPU's accesses to a cache line are: the fake
     // guest reads the SynIC's message slots through them while device threads post.
     bool read_gpa(uint64_t gpa, void* dst, size_t len) override {
+        note_thread();
         if (!valid(gpa, len)) return false;
         std::lock_guard lock(mem_mu_);
         std::memcpy(dst, ram_.data() + gpa, len);
         return true;
     }
     bool write_gpa(uint64_t gpa, const void* src, size_t len) override {
+        note_thread();
         if (!valid(gpa, len)) return false;
         std::lock_guard lock(mem_mu_);
         std::memcpy(ram_.data() + gpa, src, len);
         return true;
     }
     bool atomic_or_u32(uint64_t gpa, uint32_t mask) override {
+        note_thread();
         if ((gpa & 3) || !valid(gpa, 4)) return false;
         std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(ram_.data() + gpa)).fetch_or(mask);
         return true;
     }
     void* map(uint64_t gpa, size_t len, bool /*writable*/) override {
+        note_thread();
         if (len == 0 || len > 4096 || (gpa & 4095) + len > 4096 || !valid(gpa, len)) return nullptr;
         maps++;
         return ram_.data() + gpa;
     }
-    void unmap(void* /*ptr*/, size_t /*len*/, bool /*written*/) override { unmaps++; }
+    void unmap(void* /*ptr*/, size_t /*len*/, bool /*written*/) override {
+        note_thread();
+        unmaps++;
+    }
     // What the VMM's event loop would run while a reset waits (set before the wait).
     std::function<void()> on_poll;
     void poll_while_waiting() override {
         if (on_poll) on_poll();
     }
     void raise_vector(uint32_t vp, uint8_t vector) override {
+        note_thread();
         std::lock_guard lock(mu_);
         irqs.push_back({vp, vector});
     }
@@ -99,6 +107,13 @@ public:
         return out;
     }
 
+    // While check_threads is set, guest memory and interrupt calls from a thread the VMM
+    // does not know are counted: one that neither ran the thread hooks (hvstor/thread.h;
+    // a test's hooks set known_thread) nor set known_thread itself.
+    static inline thread_local bool known_thread = false;
+    std::atomic<bool> check_threads{false};
+    std::atomic<uint64_t> unknown_thread_calls{0};
+
     uint8_t* ram(uint64_t gpa) { return ram_.data() + gpa; }
     template <typename T> T load(uint64_t gpa) {
         T v;
@@ -113,6 +128,10 @@ public:
     std::atomic<uint64_t> maps{0}, unmaps{0};
 
 private:
+    void note_thread() {
+        if (check_threads.load(std::memory_order_relaxed) && !known_thread) unknown_thread_calls++;
+    }
+
     std::mutex mu_;
     std::mutex mem_mu_; // read_gpa and write_gpa; a leaf lock
     alignas(8) std::vector<uint8_t> ram_;

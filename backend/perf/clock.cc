@@ -1,6 +1,5 @@
 #include "hvstor/perf/clock.h"
 
-#include <pthread.h>
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -9,13 +8,15 @@
 #include <condition_variable>
 #include <thread>
 
+#include "hvstor/thread.h"
+
 namespace hvstor::perf {
 namespace {
 
 class ThreadTimer final : public Timer {
 public:
     ThreadTimer(std::function<void()> fire, Nanos min_period) : fire_(std::move(fire)), min_period_(min_period) {
-        thread_ = std::thread([this] { loop(); });
+        thread_ = start_thread("hvstor-perf", [this] { loop(); });
     }
     ~ThreadTimer() override {
         {
@@ -39,7 +40,6 @@ public:
 
 private:
     void loop() {
-        pthread_setname_np(pthread_self(), "hvstor-perf");
         // The default 50 us slack would add to every modelled latency.
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
         std::unique_lock lock(mu_);

@@ -11,6 +11,7 @@
 #include "disk_factory.h"
 #include "guard.h"
 #include "hvstor/hyperv/hv_status.h"
+#include "hvstor/thread.h"
 #include "machine.h"
 
 using hvstor::capi::fail_with;
@@ -108,6 +109,19 @@ hvstor::capi::AttachedDisk* to_cpp(HvstorDisk* d) { return reinterpret_cast<hvst
 } // namespace
 
 extern "C" {
+
+void hvstor_set_thread_hooks(void (*enter)(void), void (*leave)(void)) {
+    // One slot: the hooks of threads already running stay valid, as the header asks.
+    static hvstor::ThreadHooks slot;
+    static std::atomic<bool> set{false};
+    if (set.exchange(true)) {
+        std::fputs("hvstor: hvstor_set_thread_hooks called again; the first hooks stay\n", stderr);
+        return;
+    }
+    slot.enter = enter;
+    slot.leave = leave;
+    hvstor::set_thread_hooks(&slot);
+}
 
 bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
     return guarded(

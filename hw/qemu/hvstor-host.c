@@ -107,6 +107,26 @@ static void host_unmap(void *opaque, void *ptr, size_t len, bool written)
     address_space_unmap(&address_space_memory, ptr, len, written, written ? len : 0);
 }
 
+/*
+ * The model's own threads (channel workers, backend completion threads, the perf model's
+ * timer) call the functions above, which take the RCU read lock: RCU must know them, or a
+ * memory map change frees the FlatView they are reading.
+ */
+static void thread_enter(void)
+{
+    rcu_register_thread();
+}
+
+static void thread_leave(void)
+{
+    rcu_unregister_thread();
+}
+
+void hv_host_thread_hooks(void)
+{
+    hvstor_set_thread_hooks(thread_enter, thread_leave);
+}
+
 void hv_host_memory_ops(HvstorHostOps *ops)
 {
     ops->read_gpa = host_read_gpa;

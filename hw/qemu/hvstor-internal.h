@@ -15,6 +15,8 @@
 
 /* Fills the memory operations of ops; opaque and raise_vector are the caller's. */
 void hv_host_memory_ops(HvstorHostOps *ops);
+/* Registers the model's threads with RCU; once, before any device exists. */
+void hv_host_thread_hooks(void);
 /* Fills guest_error (LOG_GUEST_ERROR) and trace (QEMU's trace backends) of ops. */
 void hv_host_log_ops(HvstorHostOps *ops);
 

@@ -291,6 +291,7 @@ static const TypeInfo hv_vmbus_bridge_info = {
 
 static void hv_vmbus_register_types(void)
 {
+    hv_host_thread_hooks(); /* only stores two pointers: nothing runs yet */
     type_register_static(&hv_vmbus_bridge_info);
 }
 

@@ -4,6 +4,7 @@
 
 #include "fault_injector.h"
 #include "target.h"
+#include "hvstor/thread.h"
 
 namespace hvstor::scsi {
 
@@ -200,7 +201,7 @@ FaultInjector::Verdict FaultInjector::check(Command& cmd) {
     if (spec_.count && injected_ >= spec_.count) return Verdict::Pass;
     if (spec_.action == A::Stall && !timer_.joinable() && spec_.stall_ms) {
         try {
-            timer_ = std::thread([this] { run_timer(); });
+            timer_ = start_thread("hvstor-fault", [this] { run_timer(); });
         } catch (const std::system_error&) {
             return Verdict::Pass; // no thread to time the stall: the command runs
         }

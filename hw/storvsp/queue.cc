@@ -5,6 +5,8 @@
 #include <system_error>
 #include <thread>
 
+#include "hvstor/thread.h"
+
 namespace hvstor::storvsp {
 
 namespace {
@@ -98,7 +100,7 @@ void Queue::on_close(uint32_t, vmbus::CloseDone done) {
         done();
     };
     try {
-        closer_ = std::thread(finish);
+        closer_ = start_thread("hvstor-close", std::move(finish));
     } catch (const std::system_error&) {
         finish(); // no thread to spare: finish here, as slow as the outstanding I/O
     }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "hvstor/thread.h"
+
 namespace hvstor::vmbus {
 
 namespace {
@@ -56,7 +58,7 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
         return nullptr;
     }
     try {
-        ch->worker_ = std::thread([c = ch.get()] { c->run(); });
+        ch->worker_ = start_thread("hvstor-ch" + std::to_string(req.child_relid), [c = ch.get()] { c->run(); });
     } catch (const std::system_error& e) {
         err = std::string("cannot start the channel worker: ") + e.what();
         return nullptr;

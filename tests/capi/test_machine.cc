@@ -2,7 +2,13 @@
 // down in the order its parts need while a channel is open.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <set>
@@ -11,6 +17,7 @@
 #include "fake_guest.h"
 #include "fake_host.h"
 #include "fake_storvsc.h"
+#include "hvstor/thread.h"
 #include "machine.h"
 
 using namespace hvstor;
@@ -18,6 +25,9 @@ using namespace hvstor::storvsp;
 using hvstor::test::FakeGuest;
 using hvstor::test::FakeHost;
 using hvstor::test::FakeStorvsc;
+using hvstor::ThreadHooks;
+using hvstor::set_thread_hooks;
+using hvstor::start_thread;
 
 namespace {
 
@@ -228,6 +238,125 @@ TEST_F(MachineTest, ResetIsNotHeldUpByAStallFault) {
     auto r = completion();
     ASSERT_TRUE(r);
     EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+}
+
+// Hooks for the tests below: they mark the thread as known to the fake host, and count.
+std::atomic<int> g_entered{0}, g_left{0};
+void hook_enter() {
+    FakeHost::known_thread = true;
+    g_entered++;
+}
+void hook_leave() {
+    FakeHost::known_thread = false;
+    g_left++;
+}
+const ThreadHooks kHooks{hook_enter, hook_leave};
+
+// Installs kHooks for one test, and takes them away again however it ends.
+class HooksInstalled {
+public:
+    HooksInstalled() {
+        g_entered = 0;
+        g_left = 0;
+        set_thread_hooks(&kHooks);
+    }
+    ~HooksInstalled() {
+        set_thread_hooks(nullptr);
+        FakeHost::known_thread = false; // a test may have marked its own thread
+    }
+    HooksInstalled(const HooksInstalled&) = delete;
+    HooksInstalled& operator=(const HooksInstalled&) = delete;
+};
+
+TEST(Threads, RunTheHooksAroundTheirWorkUnderTheirName) {
+    HooksInstalled hooks;
+    bool known_inside = false;
+    bool known_at_release = false;
+    char name[16] = {};
+    // What the thread's function holds is released between the hooks too.
+    struct Held {
+        bool* known = nullptr;
+        ~Held() {
+            if (known) *known = FakeHost::known_thread;
+        }
+    };
+    auto held = std::make_shared<Held>();
+    held->known = &known_at_release;
+    std::thread t = start_thread("hvstor-a-long-name", [&, held = std::move(held)] {
+        known_inside = FakeHost::known_thread;
+        pthread_getname_np(pthread_self(), name, sizeof name);
+    });
+    t.join();
+    EXPECT_TRUE(known_inside) << "enter runs before the thread's work";
+    EXPECT_TRUE(known_at_release) << "leave runs after the function is destroyed";
+    EXPECT_STREQ(name, "hvstor-a-long-n") << "the first 15 characters";
+    EXPECT_EQ(g_entered.load(), 1);
+    EXPECT_EQ(g_left.load(), 1);
+
+    set_thread_hooks(nullptr);
+    start_thread("plain", [] {}).join();
+    EXPECT_EQ(g_entered.load(), 1) << "no hooks, none run";
+}
+
+// Every thread the model starts calls the host only between the host's hooks (QEMU
+// registers them with RCU there: its guest memory accesses take the RCU read lock). Here
+// each kind of thread does: channel workers, the perf model's timer and a stall fault's
+// timer (both complete requests, and run rounds inline), a file disk's completion
+// threads, the closer of a channel.
+TEST_F(MachineTest, ModelThreadsCallTheHostOnlyBetweenItsThreadHooks) {
+    HooksInstalled hooks;
+    FakeHost::known_thread = true; // this thread stands for the vCPU
+    host.check_threads = true;
+
+    capi::DiskSpec modelled = ram(false);
+    modelled.perf = "profile=premium-p10";
+    ASSERT_NO_FATAL_FAILURE(serve(modelled));
+    capi::DiskSpec stalled = ram(false);
+    stalled.lun = 1;
+    stalled.fault = "stall=1,ops=read";
+    controller->add_disk(stalled);
+    for (uint8_t lun = 0; lun < 2; lun++) {
+        for (int i = 0; i < 8; i++) {
+            VmscsiRequest s = rw10(i % 2, i * 8, 8);
+            s.lun = lun;
+            guest.send_srb(*ch, s, kBuf + i * 4096, 4096);
+        }
+        for (int i = 0; i < 8; i++) {
+            auto r = completion();
+            ASSERT_TRUE(r);
+            EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+        }
+    }
+    EXPECT_GT(controller->controller().stats().channels[0].inline_rounds, 0u) << "completions ran rounds inline";
+
+    char path[] = "/tmp/hvstor-threads-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+    close(fd);
+    capi::DiskSpec file;
+    file.backend = "file";
+    file.path = path;
+    file.direct = false;
+    file.lun = 2;
+    controller->add_disk(file);
+    unlink(path);
+    for (int i = 0; i < 8; i++) {
+        VmscsiRequest s = rw10(i % 2, i * 8, 8);
+        s.lun = 2;
+        auto r = [&] {
+            guest.send_srb(*ch, s, kBuf, 4096);
+            return completion();
+        }();
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    }
+    guest.close(*ch);
+    machine.reset();
+
+    EXPECT_EQ(host.unknown_thread_calls.load(), 0u);
+    EXPECT_GE(g_entered.load(), 5) << "worker, perf timer, fault timer, file threads, closer";
+    EXPECT_EQ(g_entered.load(), g_left.load()) << "each thread left as it entered";
 }
 
 } // namespace

@@ -62,6 +62,15 @@ typedef enum HvstorMsrResult {
  */
 typedef struct HvstorVmbus HvstorVmbus;
 
+/*
+ * Hooks every thread the device model starts runs: `enter` first, `leave` last, after its
+ * last call into HvstorHostOps (QEMU: rcu_register_thread and rcu_unregister_thread, since
+ * the guest memory operations take the RCU read lock on these threads). Either may be
+ * NULL. Call once, before the first object is created; a second call is ignored with a
+ * line on stderr.
+ */
+void hvstor_set_thread_hooks(void (*enter)(void), void (*leave)(void));
+
 /* Parses "5.3" style VMBus versions; false for versions this server does not speak. */
 bool hvstor_parse_vmbus_version(const char *text, uint32_t *version);
 /*
