@@ -148,6 +148,20 @@ protected:
         g.post(0, 1, t);
     }
 
+    // CREATE_SUB_CHANNELS for `count` subchannels on `c`; its answer.
+    std::optional<FakeStorvsc::Completion> ask_subchannels(FakeStorvsc::Chan& c, uint16_t count) {
+        VstorPacket v{};
+        v.operation = uint32_t(Operation::CreateSubChannels);
+        v.sub_channel_count = count;
+        guest.send(c, v);
+        return guest.wait(c);
+    }
+    // The relid of the next channel offered; 0 if none came.
+    uint32_t next_offer() {
+        auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
+        return o ? o->child_relid : 0;
+    }
+
     // LUN 0 becomes a disk whose requests wait until gated.release_all().
     void gate_lun0() {
         gated_disk = std::make_unique<scsi::Disk>(gated, scsi::DiskConfig{}, *ctl);
@@ -377,11 +391,7 @@ TEST_F(StorvspTest, ReportLunsFromTheTable) {
 TEST_F(StorvspTest, SubchannelsOnRequestThenRescindedWithPrimary) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    VstorPacket v{};
-    v.operation = uint32_t(Operation::CreateSubChannels);
-    v.sub_channel_count = 3;
-    guest.send(c, v);
-    auto r = guest.wait(c);
+    auto r = ask_subchannels(c, 3);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->pkt.status, kStatusSuccess);
     std::set<uint16_t> indices;
@@ -407,7 +417,7 @@ TEST_F(StorvspTest, SubchannelsOnRequestThenRescindedWithPrimary) {
     guest.send_srb(c, rw10(false, 8, 8), kBuf + 0x10000, 4096);
     ASSERT_EQ(guest.wait(c)->pkt.srb.srb_status, kSrbSuccess);
     EXPECT_EQ(std::memcmp(host.ram(kBuf), host.ram(kBuf + 0x10000), 4096), 0);
-    v = {};
+    VstorPacket v{};
     v.operation = uint32_t(Operation::BeginInitialization);
     guest.send(*sc, v);
     EXPECT_EQ(guest.wait(*sc)->pkt.status, kStatusInvalidDeviceState) << "init only on the primary";
@@ -424,11 +434,9 @@ TEST_F(StorvspTest, SubchannelsOnRequestThenRescindedWithPrimary) {
 TEST_F(StorvspTest, TooManySubchannelsRefused) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    VstorPacket v{};
-    v.operation = uint32_t(Operation::CreateSubChannels);
-    v.sub_channel_count = 17;
-    guest.send(c, v);
-    EXPECT_EQ(guest.wait(c)->pkt.status, kStatusInvalidParameter);
+    auto r = ask_subchannels(c, 17);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pkt.status, kStatusInvalidParameter);
 }
 
 TEST_F(StorvspTest, RingWrapsManyTimes) {
@@ -722,9 +730,6 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
     build({1, 256 * 1024, 256, kVersionWin10});
     ASSERT_EQ(max_queues(ControllerConfig{1, 256 * 1024, 256, kVersionWin10}), 3u);
     gate_lun0();
-    VstorPacket ask{};
-    ask.operation = uint32_t(Operation::CreateSubChannels);
-    ask.sub_channel_count = 1;
     struct Cycle {
         uint64_t rings, sub_rings;
         uint32_t gpadl, sub_gpadl;
@@ -735,11 +740,12 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
         auto c = guest.open(ctl->primary_relid(), cy.rings, cy.gpadl);
         ASSERT_TRUE(c);
         ASSERT_TRUE(guest.handshake(*c));
-        guest.send(*c, ask);
-        ASSERT_EQ(guest.wait(*c)->pkt.status, kStatusSuccess);
-        auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
-        ASSERT_TRUE(o);
-        auto sc = guest.open(o->child_relid, cy.sub_rings, cy.sub_gpadl);
+        auto answer = ask_subchannels(*c, 1);
+        ASSERT_TRUE(answer);
+        ASSERT_EQ(answer->pkt.status, kStatusSuccess);
+        const uint32_t sub = next_offer();
+        ASSERT_NE(sub, 0u);
+        auto sc = guest.open(sub, cy.sub_rings, cy.sub_gpadl);
         ASSERT_TRUE(sc);
         const size_t before = gated.held_count();
         guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096);
@@ -747,7 +753,7 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
         guest.close(*sc); // its queue drains the held request
         guest.close(*c);  // withdraws the subchannel
         ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
-        release_relid(o->child_relid);
+        release_relid(sub);
         tear_down_gpadl(cy.gpadl);
         ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
         held_subs.push_back(cy.sub_gpadl);
@@ -757,8 +763,9 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
     auto c = guest.open(ctl->primary_relid(), 0x300000, 0x102);
     ASSERT_TRUE(c);
     ASSERT_TRUE(guest.handshake(*c));
-    guest.send(*c, ask);
-    ASSERT_EQ(guest.wait(*c)->pkt.status, kStatusSuccess);
+    auto answer = ask_subchannels(*c, 1);
+    ASSERT_TRUE(answer);
+    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
     const std::string why = "CREATE_SUB_CHANNELS sub_channel_count 1: 0 offered";
     while (!host.logged(why)) std::this_thread::yield();
     EXPECT_EQ(ctl->stats().subchannels_offered, 2u);
@@ -769,11 +776,12 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
         tear_down_gpadl(gpadl);
         ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
     }
-    guest.send(*c, ask);
-    ASSERT_EQ(guest.wait(*c)->pkt.status, kStatusSuccess);
-    auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
-    ASSERT_TRUE(o) << "a drained queue serves the new subchannel";
-    auto sc = guest.open(o->child_relid, 0x380000, 0x202);
+    answer = ask_subchannels(*c, 1);
+    ASSERT_TRUE(answer);
+    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
+    const uint32_t sub = next_offer();
+    ASSERT_NE(sub, 0u) << "a drained queue serves the new subchannel";
+    auto sc = guest.open(sub, 0x380000, 0x202);
     ASSERT_TRUE(sc);
     ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc));
     EXPECT_EQ(ctl->stats().channels.size(), 3u);
@@ -789,14 +797,11 @@ TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
     gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    VstorPacket v{};
-    v.operation = uint32_t(Operation::CreateSubChannels);
-    v.sub_channel_count = 1;
-    guest.send(c, v);
-    ASSERT_EQ(guest.wait(c)->pkt.status, kStatusSuccess);
-    auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
-    ASSERT_TRUE(o);
-    const uint32_t sub = o->child_relid;
+    auto answer = ask_subchannels(c, 1);
+    ASSERT_TRUE(answer);
+    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
+    const uint32_t sub = next_offer();
+    ASSERT_NE(sub, 0u);
     auto sc = guest.open(sub, kSubRings, 0x200);
     ASSERT_TRUE(sc);
     std::set<uint64_t> old_ids;
@@ -811,11 +816,12 @@ TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
     auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
     ASSERT_TRUE(c2);
     ASSERT_TRUE(guest.handshake(*c2));
-    guest.send(*c2, v);
-    ASSERT_EQ(guest.wait(*c2)->pkt.status, kStatusSuccess);
-    o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
-    ASSERT_TRUE(o);
-    auto sc2 = guest.open(o->child_relid, kSubRings2, 0x201);
+    answer = ask_subchannels(*c2, 1);
+    ASSERT_TRUE(answer);
+    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
+    const uint32_t sub2 = next_offer();
+    ASSERT_NE(sub2, 0u);
+    auto sc2 = guest.open(sub2, kSubRings2, 0x201);
     ASSERT_TRUE(sc2) << "a fresh queue serves the new subchannel";
     // Its own I/O works while the old requests are still held.
     ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc2));
@@ -1014,16 +1020,12 @@ TEST_F(StorvspTest, CompletionRunsTheRoundOnTheCompletingThread) {
 TEST_F(StorvspTest, SubchannelsRunInlineOnceThePrimaryIsReady) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    VstorPacket v{};
-    v.operation = uint32_t(Operation::CreateSubChannels);
-    v.sub_channel_count = 1;
-    guest.send(c, v);
-    auto answer = guest.wait(c);
+    auto answer = ask_subchannels(c, 1);
     ASSERT_TRUE(answer);
     EXPECT_EQ(answer->pkt.status, kStatusSuccess);
-    auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
-    ASSERT_TRUE(o);
-    auto sc = guest.open(o->child_relid, kSubRings, 0x200);
+    const uint32_t sub = next_offer();
+    ASSERT_NE(sub, 0u);
+    auto sc = guest.open(sub, kSubRings, 0x200);
     ASSERT_TRUE(sc);
     for (int i = 0; i < 10000 && ctl->stats().channels[1].inline_rounds < 20; i++) {
         const uint64_t id = guest.send_srb(*sc, rw10(false, uint32_t(i), 8), kBuf, 4096);
@@ -1069,11 +1071,7 @@ TEST_F(StorvspTest, InlineRoundsLeaveControlPacketsToTheWorker) {
     // The worker now sleeps: were the signal's round to take CREATE_SUB_CHANNELS, the worker
     // would not wake for it.
     const uint64_t wakeups = ctl->stats().channels[0].wakeups;
-    VstorPacket v{};
-    v.operation = uint32_t(Operation::CreateSubChannels);
-    v.sub_channel_count = 1;
-    guest.send(c, v);
-    auto r = guest.wait(c);
+    auto r = ask_subchannels(c, 1);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->pkt.status, kStatusSuccess);
     EXPECT_GT(ctl->stats().channels[0].wakeups, wakeups) << "the control packet was not the worker's";
