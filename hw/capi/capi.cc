@@ -239,6 +239,16 @@ bool hvstor_disk_free(HvstorController* c, HvstorDisk* d, char** err) {
         fail_with(err, false));
 }
 
+bool hvstor_disk_remove(HvstorController* c, HvstorDisk* d, void (*done)(void*), void* opaque, char** err) {
+    return guarded(
+        [&] {
+            if (!c || !d || !done) throw std::invalid_argument("no controller, disk or callback");
+            to_cpp(c)->start_removal(to_cpp(d), [done, opaque] { done(opaque); });
+            return true;
+        },
+        fail_with(err, false));
+}
+
 char* hvstor_disk_stats_json(HvstorDisk* d) {
     return guarded([&] { return d ? hvstor::capi::dup_message(to_cpp(d)->stats_json().c_str()) : nullptr; },
                    [](const char*) -> char* { return nullptr; });

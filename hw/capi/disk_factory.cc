@@ -57,10 +57,15 @@ std::string disk_name(const DiskSpec& spec) {
 AttachedDisk::AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name)
     : ctl_(ctl), lun_(lun), name_(std::move(name)) {}
 
-AttachedDisk::~AttachedDisk() {
+void AttachedDisk::detach() {
     if (attached_) ctl_.detach(lun_);
+    attached_ = false;
     // Commands a stall fault holds go to the backend, to be drained with the rest.
     if (disk_) disk_->stop_faults();
+}
+
+AttachedDisk::~AttachedDisk() {
+    detach();
     // The SCSI disk completes through the controller, so its I/O must be over before either
     // goes; the backend's destructor then has nothing left to wait for.
     if (backend_) backend_->drain();

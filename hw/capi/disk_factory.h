@@ -37,9 +37,9 @@ struct DiskSpec {
     std::string fault;    // injected fault (hvstor/scsi/fault.h), "" for none
 };
 
-// A disk on a LUN, with everything it is built from. Destroying it detaches the LUN (which
-// returns once no channel worker can still hold the disk), then waits for the I/O the disk
-// still has in its backend; it must go before its controller.
+// A disk on a LUN, with everything it is built from. Destroying it detaches the LUN (see
+// detach), then waits for the I/O the disk still has in its backend; it must go before its
+// controller.
 class AttachedDisk {
 public:
     ~AttachedDisk();
@@ -48,6 +48,12 @@ public:
 
     const std::string& name() const { return name_; }
     uint8_t lun() const { return lun_; }
+
+    // Takes the disk off its LUN: the guest is told to rescan and later commands for the
+    // LUN are answered as for an absent one. Returns once no channel worker can still hold
+    // the disk, with the commands a stall fault held handed to the backend; what the disk
+    // has in its backend is still running. Once only; the destructor does it otherwise.
+    void detach();
     // What the SCSI disk submits to: the model when there is one, else the storage.
     backend::Backend& backend() { return *backend_; }
     perf::ModelBackend* model() { return model_; }  // null without perf settings

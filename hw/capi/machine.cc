@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <system_error>
 
 #include "hvstor/json.h"
+#include "hvstor/thread.h"
 
 namespace hvstor::capi {
 
@@ -58,9 +60,15 @@ ScsiController::ScsiController(Machine& machine, const vmbus::Guid& instance, co
 }
 
 ScsiController::~ScsiController() {
-    // Disks complete their I/O through the controller: they go first.
-    std::lock_guard lock(mu_);
-    disks_.clear();
+    // Disks complete their I/O through the controller: they go first, those being removed
+    // too.
+    std::vector<Removal> removals;
+    {
+        std::lock_guard lock(mu_);
+        disks_.clear();
+        removals.swap(removals_);
+    }
+    for (auto& r : removals) r.thread.join();
 }
 
 AttachedDisk& ScsiController::add_disk(const DiskSpec& spec) {
@@ -70,17 +78,58 @@ AttachedDisk& ScsiController::add_disk(const DiskSpec& spec) {
     return *disks_.back();
 }
 
+std::unique_ptr<AttachedDisk> ScsiController::take(const AttachedDisk* disk) {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(disks_.begin(), disks_.end(), [&](const auto& d) { return d.get() == disk; });
+    if (it == disks_.end()) throw std::invalid_argument("the disk is not on this controller (removed already?)");
+    std::unique_ptr<AttachedDisk> gone = std::move(*it);
+    disks_.erase(it);
+    return gone;
+}
+
 void ScsiController::remove_disk(const AttachedDisk* disk) {
-    std::unique_ptr<AttachedDisk> gone;
+    // Outside the lock: detaching waits for the channel workers, then for the disk's I/O.
+    take(disk).reset();
+}
+
+void ScsiController::start_removal(const AttachedDisk* disk, std::function<void()> done) {
+    auto r = std::make_shared<RemovalState>();
+    r->disk = take(disk);
+    r->done = std::move(done);
+    // From here the removal always completes and calls done(). Detaching can only fail to
+    // allocate: the disk's destructor, on the removal thread, detaches again.
+    try {
+        r->disk->detach();
+    } catch (const std::exception&) {
+    }
+    bool started = false;
     {
         std::lock_guard lock(mu_);
-        auto it = std::find_if(disks_.begin(), disks_.end(), [&](const auto& d) { return d.get() == disk; });
-        if (it == disks_.end()) throw std::invalid_argument("the disk is not on this controller (removed already?)");
-        gone = std::move(*it);
-        disks_.erase(it);
+        // Finished removals: their threads are past done() (none takes mu_), so joining is
+        // only waiting for them to exit.
+        for (auto it = removals_.begin(); it != removals_.end();) {
+            if (it->state->over.load(std::memory_order_acquire)) {
+                it->thread.join();
+                it = removals_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        try {
+            removals_.reserve(removals_.size() + 1); // the push below cannot fail then
+            removals_.push_back({start_thread("hvstor-remove", [r] { r->finish(); }), r});
+            started = true;
+        } catch (const std::exception&) {
+            // No thread (or memory) to spare: finished below, as slowly as remove_disk.
+        }
     }
-    // Outside the lock: detaching waits for the channel workers, then for the disk's I/O.
-    gone.reset();
+    if (!started) r->finish();
+}
+
+void ScsiController::RemovalState::finish() {
+    disk.reset(); // waits for the disk's I/O
+    done();
+    over.store(true, std::memory_order_release);
 }
 
 size_t ScsiController::disk_count() {

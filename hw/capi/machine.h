@@ -6,12 +6,15 @@
 // A private header of hw/capi, like disk_factory.h.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "disk_factory.h"
@@ -63,6 +66,13 @@ public:
     // disks (never added, or removed already); nothing changes then.
     void remove_disk(const AttachedDisk* disk);
 
+    // Hot removal that does not wait for the disk's I/O: takes `disk` off its LUN now
+    // (AttachedDisk::detach), then, on a thread of its own, waits for its I/O, frees it and
+    // calls `done` (from that thread). For a VMM that must not block while a slow or
+    // throttled backend finishes what it was given. Throws as remove_disk; nothing changes
+    // then. Without a thread to spare it does the rest here, done() included.
+    void start_removal(const AttachedDisk* disk, std::function<void()> done);
+
     size_t disk_count();
 
     // Live statistics as JSON (hvstor_controller_stats_json).
@@ -74,8 +84,23 @@ public:
 private:
     Machine& machine_;
     std::unique_ptr<storvsp::Controller> ctl_;
-    std::mutex mu_;  // disks_: the glue may realize devices from more than one thread
+    std::unique_ptr<AttachedDisk> take(const AttachedDisk* disk);
+
+    std::mutex mu_;  // disks_, removals_: the glue may realize devices from more than one thread
     std::vector<std::unique_ptr<AttachedDisk>> disks_;
+    // Removal threads: each finishes a disk, which completes through the controller, so
+    // they are joined before it goes; finished ones when the next removal starts.
+    struct RemovalState {
+        std::unique_ptr<AttachedDisk> disk;
+        std::function<void()> done;
+        std::atomic<bool> over{false};
+        void finish();
+    };
+    struct Removal {
+        std::thread thread;
+        std::shared_ptr<RemovalState> state;
+    };
+    std::vector<Removal> removals_;
 };
 
 // Throws ConfigError unless the settings are ones a controller can run with.

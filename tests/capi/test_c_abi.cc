@@ -4,9 +4,11 @@
 
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -431,6 +433,44 @@ TEST_F(CAbiTest, DiskFreeDetachesTheLunAndRefusesBadHandles) {
     std::free(json);
     EXPECT_TRUE(hvstor_disk_free(c, again, nullptr));
     EXPECT_EQ(hvstor_disk_stats_json(nullptr), nullptr);
+}
+
+// The removal that does not block: refusals come back as messages without a call of done;
+// an accepted one calls done once, from the model's thread (here the backend is RAM: at once).
+TEST_F(CAbiTest, DiskRemoveCallsDoneOnceOrRefusesWithAMessage) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(2);
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    struct Done {
+        std::mutex mu;
+        std::condition_variable cv;
+        int calls = 0;
+    } done;
+    auto on_done = [](void* p) {
+        auto* dn = static_cast<Done*>(p);
+        std::lock_guard lock(dn->mu);
+        dn->calls++;
+        dn->cv.notify_all();
+    };
+    EXPECT_FALSE(hvstor_disk_remove(c, disk, nullptr, &done, &err));
+    EXPECT_EQ(take(err), "no controller, disk or callback");
+    EXPECT_FALSE(hvstor_disk_remove(nullptr, disk, on_done, &done, &err));
+    EXPECT_EQ(take(err), "no controller, disk or callback");
+
+    EXPECT_TRUE(hvstor_disk_remove(c, disk, on_done, &done, &err)) << take(err);
+    {
+        std::unique_lock lock(done.mu);
+        done.cv.wait(lock, [&] { return done.calls > 0; });
+    }
+    EXPECT_FALSE(hvstor_disk_remove(c, disk, on_done, &done, &err));
+    EXPECT_EQ(take(err), "the disk is not on this controller (removed already?)");
+    HvstorDisk* again = hvstor_disk_new(c, &d, &err);
+    EXPECT_NE(again, nullptr) << take(err);
+    hvstor_vmbus_free(vb); // joins the removal thread
+    vb = nullptr;
+    EXPECT_EQ(done.calls, 1);
 }
 
 // A modelled disk's model goes with it too (LeakSanitizer checks).

@@ -285,6 +285,51 @@ TEST_F(DriveBackendTest, FreeingTheDiskWaitsForTheGlue) {
 
 // The disk's capacity follows the drive: up to the length the node has now (block_resize
 // grows it), never past it.
+// Hot removal for a VMM that must not block on it (QEMU's device_del runs under the BQL):
+// when start_removal returns, the disk is off its LUN although its backend still holds a
+// request; waiting for it, freeing the disk and calling done happen on a thread of the
+// model once the backend lets the request go. (Were it to wait, this test would hang
+// instead: the request is let go only after start_removal returns.)
+TEST_F(DriveBackendTest, StartedRemovalDoesNotWaitForTheDisksRequests) {
+    FakeDrive drive(1 << 20);
+    drive.hold();
+    capi::AttachedDisk& d = controller.add_disk(spec(drive));
+    Sink sink;
+    std::vector<uint8_t> buf(4096);
+    iovec iov{};
+    backend::Request r = request(backend::Op::Read, 0, buf, iov, sink);
+    backend::Request* rp = &r;
+    d.backend().submit({&rp, 1});
+    ASSERT_EQ(drive.seen().size(), 1u);
+
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread::id done_on;
+    controller.start_removal(&d, [&] {
+        std::lock_guard lock(mu);
+        done = true;
+        done_on = std::this_thread::get_id();
+        cv.notify_all();
+    });
+    EXPECT_EQ(controller.disk_count(), 0u);
+    {
+        std::lock_guard lock(mu);
+        EXPECT_FALSE(done) << "done before the disk's request finished";
+    }
+    EXPECT_THROW(controller.start_removal(&d, [] {}), std::invalid_argument) << "removed already";
+    FakeDrive other(1 << 20);
+    capi::AttachedDisk* next = nullptr;
+    EXPECT_NO_THROW(next = &controller.add_disk(spec(other))) << "off its LUN at once: the LUN takes a new disk";
+    if (next) controller.remove_disk(next); // before `other` goes
+
+    drive.release();
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done; });
+    EXPECT_NE(done_on, std::this_thread::get_id());
+    EXPECT_EQ(sink.wait(1), std::vector<int>({0})) << "the held request completed once";
+}
+
 TEST_F(DriveBackendTest, CapacityGoesUpToTheDrivesLength) {
     FakeDrive drive(1 << 20);
     auto d = DiskFactory().attach(ctl(), spec(drive));

@@ -7,8 +7,8 @@
  *
  * Any function may be called from any thread while the objects it takes exist, except
  * hvstor_vmbus_free, which must not overlap any other call on that VMBus or on a
- * controller or disk it owns, and hvstor_disk_free, which must not overlap any other
- * call on that disk.
+ * controller or disk it owns, and hvstor_disk_free and hvstor_disk_remove, which must
+ * not overlap any other call on that disk.
  */
 #ifndef HVSTOR_CAPI_H
 #define HVSTOR_CAPI_H
@@ -208,6 +208,16 @@ HvstorDisk *hvstor_disk_new(HvstorController *c, const HvstorDiskConfig *cfg, ch
  * another controller; nothing changes then.
  */
 bool hvstor_disk_free(HvstorController *c, HvstorDisk *d, char **err);
+/*
+ * Hot removal without blocking: takes d off its LUN now (the guest is told to rescan,
+ * commands a stall fault holds go to the backend; returns once no channel worker can still
+ * reach d), then, on a thread of the model, waits for d's requests in its backend, frees d
+ * and calls done(opaque) from that thread. d is invalid from this call on. False with a
+ * message in *err (free() it) when d is not one of c's disks; nothing changes then, and
+ * done is not called.
+ */
+bool hvstor_disk_remove(HvstorController *c, HvstorDisk *d, void (*done)(void *opaque),
+                        void *opaque, char **err);
 /*
  * VM-level caps shared by the modelled disks created afterwards, e.g.
  * "profile=Standard_F32s_v2,time-scale=8". False with a message on bad settings.
