@@ -26,6 +26,7 @@
  */
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
+#include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qemu/uuid.h"
 #include "qapi/error.h"
@@ -77,7 +78,8 @@ struct HvDisk {
     BlockConf conf;      /* drive= */
     IOThread *iothread;  /* iothread=, for drive= */
     HvDrive *drive;
-    HvstorDisk *disk;
+    HvstorDisk *disk;    /* NULL once its removal started */
+    bool removing;       /* device_del: the model finishes the disk's requests */
 };
 
 static unsigned controller_count;
@@ -252,9 +254,9 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
 }
 
 /*
- * Hot removal, and a disk whose device goes away: off its LUN (the guest is told
- * to rescan), its in-flight I/O waited for, then freed. Blocks only on the disk's
- * own backend, never on the guest.
+ * A disk whose device goes away other than by device_del (which frees the disk first,
+ * below), or a drive= disk: off its LUN (the guest is told to rescan), its in-flight
+ * I/O waited for, then freed. Blocks only on the disk's own backend, never on the guest.
  */
 static void hv_disk_unrealize(DeviceState *dev)
 {
@@ -291,7 +293,7 @@ static char *hv_disk_get_stats(Object *obj, Error **errp)
     char *json, *copy;
 
     if (!d->disk) {
-        error_setg(errp, "hv-disk is not realized");
+        error_setg(errp, d->removing ? "hv-disk is being removed" : "hv-disk is not realized");
         return NULL;
     }
     json = hvstor_disk_stats_json(d->disk);
@@ -355,6 +357,10 @@ static void hv_disk_set_capacity(Object *obj, Visitor *v, const char *name,
     if (!visit_type_size(v, name, &bytes, errp)) {
         return;
     }
+    if (d->removing) {
+        error_setg(errp, "hv-disk is being removed");
+        return;
+    }
     if (!d->disk) {
         error_setg(errp, "hv-disk: capacity changes a running disk; "
                    "give size= (or the file's length) when creating it");
@@ -392,11 +398,66 @@ static void hv_disk_class_init(ObjectClass *klass, void *data)
                               hv_disk_set_capacity, NULL, NULL);
 }
 
-/* Plugging needs nothing beyond realize; unplugging is unrealize, at once. */
+/* Main loop: the removed disk's device goes (DEVICE_DELETED follows). */
+static void hv_disk_removed_bh(void *opaque)
+{
+    DeviceState *dev = opaque;
+
+    hotplug_handler_unplug(qdev_get_hotplug_handler(dev), dev, &error_abort);
+    object_unparent(OBJECT(dev));
+    object_unref(OBJECT(dev));
+}
+
+/* A thread of the model: the disk's requests are done and the disk is freed. */
+static void hv_disk_removed(void *opaque)
+{
+    aio_bh_schedule_oneshot(qemu_get_aio_context(), hv_disk_removed_bh, opaque);
+}
+
+/*
+ * device_del. The disk goes off its LUN at once (the guest is told to rescan), and the
+ * VM runs on while its backend finishes what it was given, which a throttled model or a
+ * slow file may take long to do: a thread of the model waits for that and frees the
+ * disk, then a bottom half unrealizes the device. A second device_del meanwhile is
+ * refused ("already in the process of unplug"). A drive= disk is unplugged at once: its
+ * requests are the block layer's, drained from the main loop as QEMU's own devices do.
+ */
+static void hv_scsi_bus_unplug_request(HotplugHandler *hotplug_dev, DeviceState *dev,
+                                       Error **errp)
+{
+    HvDisk *d = HV_DISK(dev);
+    HvStorvsc *ctl = HV_STORVSC(qdev_get_parent_bus(dev)->parent);
+    HvstorDisk *disk = d->disk;
+    Error *local_err = NULL;
+    char *err = NULL;
+
+    if (d->drive || !disk) {
+        hotplug_handler_unplug(hotplug_dev, dev, &local_err);
+        if (!local_err) {
+            object_unparent(OBJECT(dev));
+        }
+        error_propagate(errp, local_err);
+        return;
+    }
+    d->disk = NULL;
+    d->removing = true;
+    dev->pending_deleted_event = true;
+    object_ref(OBJECT(dev)); /* until the bottom half is done with it */
+    if (!hvstor_disk_remove(ctl->ctl, disk, hv_disk_removed, dev, &err)) {
+        object_unref(OBJECT(dev));
+        dev->pending_deleted_event = false;
+        d->removing = false;
+        d->disk = disk;
+        error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
+        free(err);
+    }
+}
+
 static void hv_scsi_bus_class_init(ObjectClass *klass, void *data)
 {
     HotplugHandlerClass *hc = HOTPLUG_HANDLER_CLASS(klass);
 
+    hc->unplug_request = hv_scsi_bus_unplug_request;
     hc->unplug = qdev_simple_device_unplug_cb;
 }
 

@@ -1,6 +1,9 @@
 # Hot plug over QMP on a running stock 6.12 guest (2 vCPUs, one controller, one disk):
 # device_add of a second hv-disk shows up in the guest as a new sd device, fio writes and
-# verifies it, device_del takes it away again, and QEMU stays up and answers QMP. The host
+# verifies it, device_del takes it away again, and QEMU stays up and answers QMP. Then a
+# disk whose writes take 10 s is removed with a write in flight: device_del returns and
+# QMP answers while the write is still in the disk's backend, DEVICE_DELETED follows once
+# it is done, and the guest's write ends. The host
 # and the guest take turns through markers on the console; every wait ends when its event
 # comes or QEMU ends (the guest bounds its polls by count), so the only clock is the boot
 # timeout.
@@ -37,6 +40,22 @@ while [ "$n" -lt 600 ] && [ -e "/sys/block/$B" ]; do sleep 0.5; n=$((n + 1)); do
 echo "GONE $B"
 dd if=/dev/zero of=/dev/$A bs=64k count=16 oflag=direct 2>/dev/null && echo "FIRST-STILL-WRITABLE"
 echo "LEFT $(ls /sys/block | grep '^sd' | tr '\n' ' ')"
+# Removal under I/O: a disk whose writes take 10 s each is removed while one is in flight.
+echo "HOTPLUG-READY-FOR-SLOW"
+n=0; C=
+while [ "$n" -lt 600 ]; do C=$(lun_dev 2); [ -n "$C" ] && break; sleep 0.5; n=$((n + 1)); done
+[ -n "$C" ] || { echo "NO-SLOW-DISK after $n polls"; exit 1; }
+dd if=/dev/zero of=/dev/$C bs=4k count=1 oflag=direct 2>/dev/null &
+DD=$!
+n=0
+while [ "$n" -lt 600 ]; do set -- $(cat /sys/block/$C/inflight); [ "$2" -gt 0 ] && break; sleep 0.1; n=$((n + 1)); done
+echo "WRITE-IN-FLIGHT $C $2"
+echo "HOTPLUG-READY-FOR-SLOW-DEL"
+wait $DD
+echo "SLOW-WRITE-ENDED rc=$?"
+n=0
+while [ "$n" -lt 600 ] && [ -e "/sys/block/$C" ]; do sleep 0.5; n=$((n + 1)); done
+[ ! -e "/sys/block/$C" ] && echo "SLOW-GONE $C"
 SH
 
 # The host's side: waits for the guest's markers on the console, drives QMP, prints what
@@ -69,6 +88,21 @@ try:
              if p['type'] == 'child<hv-disk>']
     say('HV-DISKS', ' '.join(sorted(disks)))
     say('D0-STATS', q.command('qom-get', path='/machine/peripheral/d0', property='stats'))
+    # device_del does not wait for the disk's requests: QMP answers while the removed
+    # disk's 10 s write is still in its backend, and DEVICE_DELETED comes once it is done.
+    q.wait_until(lambda: console_has(console, 'HOTPLUG-READY-FOR-SLOW'), alive)
+    q.command('device_add', driver='hv-disk', id='slow', bus='scsi0.0', lun=2,
+              backend='ram', size=16 << 20, perf='latency.write=10s')
+    q.wait_until(lambda: console_has(console, 'HOTPLUG-READY-FOR-SLOW-DEL'), alive)
+    q.command('device_del', id='slow')
+    try:
+        q.command('qom-get', path='/machine/peripheral/slow', property='stats')
+        say('SLOW-DURING-REMOVAL', 'stats answered')
+    except QmpError as e:
+        say('SLOW-DURING-REMOVAL', e)
+    q.wait_event('DEVICE_DELETED', lambda e: e['data'].get('device') == 'slow')
+    say('DELETED slow')
+    say('QMP-ALIVE-AFTER-SLOW', q.command('query-status')['status'])
     q.close()
 except QmpError as e:
     say('QMP-FAILED', e)
@@ -96,5 +130,12 @@ check "QEMU still answers QMP after the removal" has '^host: QMP-ALIVE running$'
 check "hot1 is gone from QEMU, d0 stays" has '^host: HV-DISKS d0$'
 check "the first disk still works" has '^FIRST-STILL-WRITABLE$'
 check "one disk left in the guest" has '^LEFT sd[a-z]+ $'
-grep -E '^(NEW|GONE|LEFT|host: (BAD-ADD|HOT1-STATS|DELETED|HV-DISKS))' "$OUT" | sed 's/^/  /'
+check "a write is in flight on the slow disk" has '^WRITE-IN-FLIGHT sd[a-z]+ 1$'
+check "device_del returns while its write is in the backend; QMP answers meanwhile" \
+  has '^host: SLOW-DURING-REMOVAL .*hv-disk is being removed'
+check "DEVICE_DELETED once the write is done" has '^host: DELETED slow$'
+check "the guest's write ended (answered once, not lost)" has '^SLOW-WRITE-ENDED rc=[0-9]+$'
+check "the slow disk disappears from the guest" has '^SLOW-GONE sd[a-z]+$'
+check "QEMU answers QMP after it" has '^host: QMP-ALIVE-AFTER-SLOW running$'
+grep -E '^(NEW|GONE|LEFT|WRITE-IN-FLIGHT|SLOW-|host: (BAD-ADD|HOT1-STATS|DELETED|HV-DISKS|SLOW-))' "$OUT" | sed 's/^/  /'
 finish
