@@ -80,6 +80,10 @@ AttachedDisk& ScsiController::add_disk(const DiskSpec& spec) {
 
 std::unique_ptr<AttachedDisk> ScsiController::take(const AttachedDisk* disk) {
     std::lock_guard lock(mu_);
+    return take_locked(disk);
+}
+
+std::unique_ptr<AttachedDisk> ScsiController::take_locked(const AttachedDisk* disk) {
     auto it = std::find_if(disks_.begin(), disks_.end(), [&](const auto& d) { return d.get() == disk; });
     if (it == disks_.end()) throw std::invalid_argument("the disk is not on this controller (removed already?)");
     std::unique_ptr<AttachedDisk> gone = std::move(*it);
@@ -94,14 +98,7 @@ void ScsiController::remove_disk(const AttachedDisk* disk) {
 
 void ScsiController::start_removal(const AttachedDisk* disk, std::function<void()> done) {
     auto r = std::make_shared<RemovalState>();
-    r->disk = take(disk);
     r->done = std::move(done);
-    // From here the removal always completes and calls done(). Detaching can only fail to
-    // allocate: the disk's destructor, on the removal thread, detaches again.
-    try {
-        r->disk->detach();
-    } catch (const std::exception&) {
-    }
     bool started = false;
     {
         std::lock_guard lock(mu_);
@@ -115,12 +112,21 @@ void ScsiController::start_removal(const AttachedDisk* disk, std::function<void(
                 ++it;
             }
         }
+        removals_.reserve(removals_.size() + 1); // the push below cannot fail then
+        r->disk = take_locked(disk);             // the last step that may throw
+        // From here the removal always completes and calls done(). Detaching fails only
+        // before it changes anything (an allocation): the disk's destructor, on the removal
+        // thread, detaches it then. Workers never take mu_, so waiting for them under it
+        // is safe.
         try {
-            removals_.reserve(removals_.size() + 1); // the push below cannot fail then
+            r->disk->detach();
+        } catch (const std::exception&) {
+        }
+        try {
             removals_.push_back({start_thread("hvstor-remove", [r] { r->finish(); }), r});
             started = true;
         } catch (const std::exception&) {
-            // No thread (or memory) to spare: finished below, as slowly as remove_disk.
+            // No thread to spare: finished below, as slowly as remove_disk.
         }
     }
     if (!started) r->finish();

@@ -84,7 +84,9 @@ public:
 private:
     Machine& machine_;
     std::unique_ptr<storvsp::Controller> ctl_;
+    // Off the list; throws std::invalid_argument when it is not there.
     std::unique_ptr<AttachedDisk> take(const AttachedDisk* disk);
+    std::unique_ptr<AttachedDisk> take_locked(const AttachedDisk* disk); // mu_ held
 
     std::mutex mu_;  // disks_, removals_: the glue may realize devices from more than one thread
     std::vector<std::unique_ptr<AttachedDisk>> disks_;

@@ -323,6 +323,10 @@ static void hv_disk_set_fault(Object *obj, const char *value, Error **errp)
     HvDisk *d = HV_DISK(obj);
     char *err = NULL;
 
+    if (d->removing) {
+        error_setg(errp, "hv-disk is being removed");
+        return;
+    }
     if (d->disk && !hvstor_disk_set_fault(d->disk, value, &err)) {
         error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
         free(err);
@@ -344,6 +348,10 @@ static void hv_disk_get_capacity(Object *obj, Visitor *v, const char *name,
     HvDisk *d = HV_DISK(obj);
     uint64_t bytes = d->disk ? hvstor_disk_size(d->disk) : d->size;
 
+    if (d->removing) {
+        error_setg(errp, "hv-disk is being removed");
+        return;
+    }
     visit_type_size(v, name, &bytes, errp);
 }
 

@@ -101,13 +101,16 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
 
 void Controller::detach(uint8_t lun) {
     if (lun >= kMaxLuns) return;
-    scsi::Disk* old = luns_[lun].exchange(nullptr);
-    // Workers look disks up without a lock; wait until none can still hold the old one.
+    // The only allocation comes before the LUN changes: a detach that throws changed nothing.
     std::vector<Queue*> queues;
+    scsi::Disk* old = nullptr;
     {
-        std::lock_guard lock(mu_);
+        std::lock_guard lock(mu_); // queues are added under it: one added later never saw the old disk
+        queues.reserve(channels_.size());
         for (auto& c : channels_) queues.push_back(c.get());
+        old = luns_[lun].exchange(nullptr);
     }
+    // Workers look disks up without a lock; wait until none can still hold the old one.
     for (Queue* q : queues) q->wait_batch_boundary();
     // Only once no round can still submit to it.
     if (old && old->submit_may_block()) blocking_disks_.fetch_sub(1);

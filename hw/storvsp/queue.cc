@@ -100,7 +100,7 @@ void Queue::on_close(uint32_t, vmbus::CloseDone done) {
         done();
     };
     try {
-        closer_ = start_thread("hvstor-close", std::move(finish));
+        closer_ = start_thread("hvstor-close", finish);
     } catch (const std::system_error&) {
         finish(); // no thread to spare: finish here, as slow as the outstanding I/O
     }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "fake_guest.h"
 #include "fake_host.h"
@@ -268,27 +269,39 @@ public:
     HooksInstalled& operator=(const HooksInstalled&) = delete;
 };
 
+// The thread's function as start_thread gets it: each copy that ends up owning the thread's
+// work records, when destroyed on a thread other than its creator's, whether that thread
+// was between the hooks then (moved-from copies record nothing).
+struct Probe {
+    bool* known_at_release;
+    bool* known_inside;
+    char* name;
+    std::thread::id creator = std::this_thread::get_id();
+    Probe(bool* at_release, bool* inside, char* n) : known_at_release(at_release), known_inside(inside), name(n) {}
+    Probe(const Probe&) = default;
+    Probe(Probe&& o) noexcept
+        : known_at_release(std::exchange(o.known_at_release, nullptr)), known_inside(o.known_inside), name(o.name),
+          creator(o.creator) {}
+    Probe& operator=(const Probe&) = delete;
+    ~Probe() {
+        if (known_at_release && std::this_thread::get_id() != creator) *known_at_release = FakeHost::known_thread;
+    }
+    void operator()() const {
+        *known_inside = FakeHost::known_thread;
+        pthread_getname_np(pthread_self(), name, 16);
+    }
+};
+
 TEST(Threads, RunTheHooksAroundTheirWorkUnderTheirName) {
     HooksInstalled hooks;
     bool known_inside = false;
     bool known_at_release = false;
     char name[16] = {};
-    // What the thread's function holds is released between the hooks too.
-    struct Held {
-        bool* known = nullptr;
-        ~Held() {
-            if (known) *known = FakeHost::known_thread;
-        }
-    };
-    auto held = std::make_shared<Held>();
-    held->known = &known_at_release;
-    std::thread t = start_thread("hvstor-a-long-name", [&, held = std::move(held)] {
-        known_inside = FakeHost::known_thread;
-        pthread_getname_np(pthread_self(), name, sizeof name);
-    });
+    const Probe probe(&known_at_release, &known_inside, name);
+    std::thread t = start_thread("hvstor-a-long-name", probe);
     t.join();
     EXPECT_TRUE(known_inside) << "enter runs before the thread's work";
-    EXPECT_TRUE(known_at_release) << "leave runs after the function is destroyed";
+    EXPECT_TRUE(known_at_release) << "the thread's copy of the function is destroyed before leave";
     EXPECT_STREQ(name, "hvstor-a-long-n") << "the first 15 characters";
     EXPECT_EQ(g_entered.load(), 1);
     EXPECT_EQ(g_left.load(), 1);

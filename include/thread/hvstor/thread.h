@@ -36,13 +36,16 @@ inline void set_thread_hooks(const ThreadHooks* hooks) {
     thread_detail::hooks.store(hooks, std::memory_order_release);
 }
 
-// std::thread running fn() between the hooks, named `name` for ps, top and gdb (Linux
-// shows the first 15 characters). fn is also destroyed between them: what it holds may
-// call the host when it goes (the last reference to a channel unmaps its rings). Throws
-// std::system_error as std::thread does.
-template <typename F> std::thread start_thread(std::string name, F fn) {
+// std::thread running a copy of fn between the hooks, named `name` for ps, top and gdb
+// (Linux shows the first 15 characters). The copy is also destroyed between them: what it
+// holds may call the host when it goes (the last reference to a channel unmaps its rings).
+// Throws std::system_error as std::thread does; the caller's fn is untouched then, so a
+// caller can run it itself instead.
+template <typename F> std::thread start_thread(std::string name, const F& fn) {
     const ThreadHooks* h = thread_detail::hooks.load(std::memory_order_acquire);
-    return std::thread([h, name = std::move(name), fn = std::move(fn)]() mutable {
+    // An init-capture: a plain [fn] of a const reference would capture a const F, which the
+    // body below could only copy, leaving the closure's copy to be destroyed after leave.
+    return std::thread([h, name = std::move(name), fn = F(fn)]() mutable {
         pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
         if (h && h->enter) h->enter();
         struct Leave {
