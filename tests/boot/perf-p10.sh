@@ -1,6 +1,8 @@
 # The performance model in a real guest (stock 6.12, TCG), Premium SSD P10 without
 # bursting: 500 IOPS, lognormal read/write latency with p50 2 ms.
-#  1. 4 KiB random read at QD8 measures 500 IOPS within 3%.
+#  1. 4 KiB random read at QD32 measures 500 IOPS within 3%. The depth keeps a backlog of
+#     about 60 ms at the cap, so a guest slowed by a busy host still keeps the disk
+#     saturated (at QD8 one run measured 479 with two other processes on the two cores).
 #  2. QD1 p50 latency within 10% of the profile's 2 ms as the disk serves it (the model's
 #     own timeline), with the profile's bursting left on: without it a QD1 reader at 2 ms
 #     sits right at P10's 500 IOPS and the cap, not the latency, sets the pace (as on
@@ -17,14 +19,14 @@ export HVSTOR_BOOT_QUIET=1 # kernel messages would interleave with the JSON
 FIO_COMMON="--filename=/dev/sda --direct=1 --ioengine=libaio --bs=4k --size=1G --output-format=json"
 FIGURE="python3 $HVSTOR_ROOT/tests/fio-json.py"
 read -r -d '' GUEST <<SH
-echo FIO-JSON-BEGIN qd8
-fio --name=qd8 $FIO_COMMON --rw=randread --iodepth=8 --time_based --runtime=20 --ramp_time=3
+echo FIO-JSON-BEGIN qd32
+fio --name=qd32 $FIO_COMMON --rw=randread --iodepth=32 --time_based --runtime=20 --ramp_time=3
 echo FIO-JSON-END
 SH
 boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$GUEST" \
   -- -device hv-storvsc,id=s -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=$P10"
 check "guest command finished" [ "$BOOT_RC" = 0 ]
-iops=$($FIGURE "$OUT" qd8 qd8 read.iops)
+iops=$($FIGURE "$OUT" qd32 qd32 read.iops)
 read -r -d '' QD1 <<SH
 echo FIO-JSON-BEGIN qd1
 fio --name=qd1 $FIO_COMMON --rw=randread --iodepth=1 --time_based --runtime=15
@@ -37,8 +39,8 @@ p50=$($FIGURE "$OUT" qd1 qd1 read.clat_p50_us)
 # The last full interval of the model's timeline: lat_ms.p50.
 model_p50=$(python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1]) if x.strip()]; print(l[-2]["lat_ms"]["p50"] * 1000)' "$TL")
 rm -f "$TL"
-echo "  measured: QD8 $iops IOPS (want 500 +- 3%); QD1 p50: disk ${model_p50} us (want 2000 +- 10%), guest ${p50} us"
-check "QD8 IOPS within 3% of 500" awk -v x="${iops:-0}" 'BEGIN { exit !(x >= 485 && x <= 515) }'
+echo "  measured: QD32 $iops IOPS (want 500 +- 3%); QD1 p50: disk ${model_p50} us (want 2000 +- 10%), guest ${p50} us"
+check "QD32 IOPS within 3% of 500" awk -v x="${iops:-0}" 'BEGIN { exit !(x >= 485 && x <= 515) }'
 check "QD1 p50 as served within 10% of the profile's 2 ms" awk -v x="${model_p50:-0}" 'BEGIN { exit !(x >= 1800 && x <= 2200) }'
 check "QD1 p50 in the guest: at least what the disk served" \
   awk -v g="${p50:-0}" -v d="${model_p50:-0}" 'BEGIN { exit !(g > 0 && g >= d) }'
