@@ -192,7 +192,7 @@ private:
             Io* io = static_cast<Io*>(e);
             Request* g = io->guest;
             g->result = io->inner.result;
-            stats_.completed(g->op, g->length, now - io->arrival, g->result != 0);
+            stats_.completed(g->op, g->length, now - io->arrival, now - io->finished, g->result != 0);
             w.done.push(g);
             pool_.put(io);
         }

@@ -252,6 +252,7 @@ void Scheduler::handle(const Event& ev, Nanos now, Decisions& out) {
         vm_waiting_--;
         issue(e, shutdown_ ? now : ev.t, out);
     } else if (e->served) {
+        e->finished = shutdown_ ? now : ev.t;
         finish(e, out);
     } else {
         e->due_passed = true;
@@ -266,6 +267,7 @@ void Scheduler::expire(Nanos now, Decisions& out) {
 bool Scheduler::served(Entry* e, Nanos now, Decisions& out) {
     e->served = true;
     if (!shutdown_ && !e->due_passed && e->due > now) return false;
+    e->finished = now;
     finish(e, out);
     dispatch(now, out);
     return true;

@@ -30,6 +30,7 @@ struct Entry {
     Nanos arrival = 0;
     Nanos issued = 0;  // when it left the host (model time, may be before the call's now)
     Nanos due = 0;     // issued + the sampled service latency
+    Nanos finished = 0;  // when the model finished it: due, or when served if that was later
     double units = 0, bytes = 0;  // its cost against IOPS and bandwidth caps
     uint32_t gen = 0;  // bumped when done, so heap events of a finished IO go stale
     uint8_t dir = 0;   // 0: read; 1: write, flush, discard, write-zeroes

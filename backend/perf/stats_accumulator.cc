@@ -48,6 +48,8 @@ void StatsAccumulator::close_interval() {
     l.issued = cur_.issued;
     l.throttle_mean = cur_.issued ? cur_.throttle_sum / double(cur_.issued) : 0;
     l.throttle_max = cur_.throttle_max;
+    l.late_mean = cur_.ios ? cur_.late_sum / double(cur_.ios) : 0;
+    l.late_max = cur_.late_max;
     l.queue_avg = cur_.queue_area / double(next_roll_ - cur_start_);
     l.queue_max = cur_.queue_max;
     reset_interval();
@@ -59,14 +61,21 @@ void StatsAccumulator::reset_interval() {
     cur_.ios = cur_.reads = cur_.writes = cur_.bytes = cur_.issued = 0;
     cur_.throttle_sum = 0;
     cur_.throttle_max = 0;
+    cur_.late_sum = 0;
+    cur_.late_max = 0;
     cur_.queue_area = 0;
     cur_.queue_max = depth_;
     cur_.latency.clear();
 }
 
-void StatsAccumulator::completed(backend::Op op, uint64_t length, Nanos latency, bool error) {
+void StatsAccumulator::completed(backend::Op op, uint64_t length, Nanos latency, Nanos late, bool error) {
+    late = std::max<Nanos>(late, 0);
     latency_.add(latency);
     cur_.latency.add(latency);
+    cur_.late_sum += double(late);
+    cur_.late_max = std::max(cur_.late_max, late);
+    late_ = add_total(late_, late);
+    late_max_ = std::max(late_max_, late);
     cur_.ios++;
     ios_++;
     if (error) errors_++;
@@ -105,6 +114,8 @@ void StatsAccumulator::fill(Stats& s) const {
     s.issued = issued_;
     s.throttle_total = throttle_;
     s.throttle_max = throttle_max_;
+    s.late_total = late_;
+    s.late_max = late_max_;
     s.latency = latency_.summary();
     s.last = last_;
 }

@@ -40,7 +40,8 @@ public:
         throttle_ = add_total(throttle_, waited);
         throttle_max_ = std::max(throttle_max_, waited);
     }
-    void completed(backend::Op op, uint64_t length, Nanos latency, bool error);
+    // `late`: how long after the model finished it the host got to completing it.
+    void completed(backend::Op op, uint64_t length, Nanos latency, Nanos late, bool error);
 
     // The totals and the last interval; the rest of `s` is the caller's.
     void fill(Stats& s) const;
@@ -50,6 +51,8 @@ private:
         uint64_t ios = 0, reads = 0, writes = 0, bytes = 0, issued = 0;
         double throttle_sum = 0;
         Nanos throttle_max = 0;
+        double late_sum = 0;
+        Nanos late_max = 0;
         double queue_area = 0;  // depth x ns
         uint32_t queue_max = 0;
         Histogram latency;
@@ -70,6 +73,7 @@ private:
     uint64_t errors_ = 0, rejected_ = 0, bytes_read_ = 0, bytes_written_ = 0;
     uint64_t issued_ = 0;
     Nanos throttle_ = 0, throttle_max_ = 0;
+    Nanos late_ = 0, late_max_ = 0;
 };
 
 } // namespace hvstor::perf::detail

@@ -107,6 +107,10 @@ std::string TimelineWriter::format(const std::string& name, const Stats& st, Nan
         .num("mean", ms(l.throttle_mean), 3)
         .num("max", ms(double(l.throttle_max)), 3)
         .end_object();
+    j.begin_object("late_ms")
+        .num("mean", ms(l.late_mean), 3)
+        .num("max", ms(double(l.late_max)), 3)
+        .end_object();
     j.begin_object("queue").num("now", st.queued).num("avg", l.queue_avg, 2).num("max", l.queue_max).end_object();
     j.num("in_service", st.in_service);
     credits(j, "credits", st.credits);

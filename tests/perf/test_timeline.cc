@@ -1,7 +1,11 @@
 // The JSON-lines timeline and the histogram behind the percentiles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <vector>
 #include <fstream>
 #include <limits>
 
@@ -53,6 +57,8 @@ TEST(PerfTimeline, OneLinePerIntervalPerDisk) {
         EXPECT_EQ(field(l, "interval"), 1.0);
         EXPECT_NE(l.find("\"lat_ms\":{\"mean\":"), std::string::npos) << l;
         EXPECT_NE(l.find("\"throttle_ms\":{\"mean\":"), std::string::npos) << l;
+        EXPECT_NE(l.find("\"late_ms\":{\"mean\":0.000,\"max\":0.000}"), std::string::npos)
+            << "a virtual clock is never late: " << l;
         EXPECT_NE(l.find("\"queue\":{\"now\":"), std::string::npos) << l;
         if (i % 2 == 0) {
             EXPECT_NE(l.find("\"disk\":\"disk \\\"a\\\"\""), std::string::npos) << l;
@@ -108,6 +114,59 @@ TEST(PerfTimeline, FromTheSettingsString) {
 }
 
 // A line with every field set, byte for byte; the name needs escaping.
+// A clock whose timers fire `late` after their deadline, as a host timer thread that wakes
+// late. Single-threaded: step() fires the earliest armed timer.
+class LateClock final : public Clock {
+public:
+    explicit LateClock(Nanos late) : late_(late) {}
+    Nanos now() const override { return now_; }
+    std::unique_ptr<Timer> make_timer(std::function<void()> fire) override {
+        return std::make_unique<LateTimer>(*this, std::move(fire));
+    }
+    bool step() override {
+        LateTimer* next = nullptr;
+        for (LateTimer* t : timers_)
+            if (t->deadline != kNever && (!next || t->deadline < next->deadline)) next = t;
+        if (!next) return false;
+        now_ = std::max(now_, next->deadline + late_);
+        next->deadline = kNever;
+        next->fire();
+        return true;
+    }
+
+private:
+    struct LateTimer final : Timer {
+        LateTimer(LateClock& c, std::function<void()> f) : clock(c), fire(std::move(f)) { clock.timers_.push_back(this); }
+        ~LateTimer() override { std::erase(clock.timers_, this); }
+        void arm(Nanos d) override { deadline = std::min(deadline, d); }
+        LateClock& clock;
+        std::function<void()> fire;
+        Nanos deadline = kNever;
+    };
+    const Nanos late_;
+    Nanos now_ = 0;
+    std::vector<LateTimer*> timers_;
+};
+
+// How late the host completed IOs is counted apart, and is the whole difference between the
+// latency the model drew (a fixed 2 ms here) and the one the guest saw.
+TEST(PerfTimeline, LateCompletionsAreCountedApart) {
+    LateClock clock(300 * kUs);
+    auto d = make_disk("latency=2ms", clock);
+    ASSERT_TRUE(d);
+    Load load(*d, {{Op::Read, 4096, 1}});
+    load.start_all();
+    while (load.completed(0) < 1000) ASSERT_TRUE(clock.step()); // 2.3 s: full stats intervals
+    load.stop_all();
+    d->drain();
+    const Stats s = d->stats();
+    ASSERT_GE(s.ios, 1000u);
+    EXPECT_EQ(s.late_max, 300 * kUs);
+    EXPECT_EQ(s.late_total, Nanos(s.ios) * 300 * kUs);
+    EXPECT_NEAR(s.latency.mean, double(2 * kMs + 300 * kUs), double(20 * kUs)) << "what the guest saw";
+    EXPECT_NEAR(s.last.late_mean, double(300 * kUs), 1.0) << "the last full interval";
+}
+
 TEST(PerfTimeline, LineFormat) {
     Stats s;
     s.time_scale = 2.5;
@@ -133,13 +192,16 @@ TEST(PerfTimeline, LineFormat) {
     l.latency.max = 14052000;
     l.throttle_mean = 8190400;
     l.throttle_max = 9218000;
+    l.late_mean = 61200;
+    l.late_max = 480000;
     l.queue_avg = 28.657;
     l.queue_max = 33;
     EXPECT_EQ(TimelineWriter::format("sd\"a\\\x01\xc3\xa9", s, kSec),
               "{\"t\":2.000,\"disk\":\"sd\\\"a\\\\\\u0001\xc3\xa9\",\"interval\":1.000,\"iops\":3501.0,"
               "\"read_iops\":3113.0,\"write_iops\":388.0,\"mbps\":38.179,\"lat_ms\":{\"mean\":10.287,"
               "\"p50\":10.191,\"p90\":11.239,\"p99\":12.288,\"p999\":13.402,\"max\":14.052},"
-              "\"throttle_ms\":{\"mean\":8.190,\"max\":9.218},\"queue\":{\"now\":28,\"avg\":28.66,\"max\":33},"
+              "\"throttle_ms\":{\"mean\":8.190,\"max\":9.218},\"late_ms\":{\"mean\":0.061,\"max\":0.480},"
+              "\"queue\":{\"now\":28,\"avg\":28.66,\"max\":33},"
               "\"in_service\":8,\"credits\":{\"iops\":5390999,\"iops_pct\":99.83,\"mb\":126000.0,"
               "\"mb_pct\":100.00},\"vm_credits\":null,\"total\":{\"ios\":10495,\"bytes\":114196480,"
               "\"errors\":3},\"scale\":2.500}");

@@ -28,6 +28,11 @@ struct IntervalStats {
     uint64_t issued = 0;
     double throttle_mean = 0;    // ns an IO waited in the host before issue
     Nanos throttle_max = 0;
+    // ns from when the model finished an IO (its service latency over, the inner backend
+    // done) to its completion: how late the host's timer thread woke. Part of `latency`;
+    // 0 on a virtual clock.
+    double late_mean = 0;
+    Nanos late_max = 0;
     double queue_avg = 0;        // host queue depth, time-weighted
     uint32_t queue_max = 0;
 };
@@ -46,6 +51,9 @@ struct Stats {
     // saturates at kNever):
     uint64_t issued = 0;
     Nanos throttle_total = 0, throttle_max = 0;
+    // Of completed IOs, how late the host completed them (IntervalStats::late_mean; the total
+    // saturates at kNever):
+    Nanos late_total = 0, late_max = 0;
 
     // Now.
     uint32_t queued = 0;      // waiting in the host: for the disk's caps, the outstanding
