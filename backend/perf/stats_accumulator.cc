@@ -50,6 +50,7 @@ void StatsAccumulator::close_interval() {
     l.throttle_max = cur_.throttle_max;
     l.late_mean = cur_.ios ? cur_.late_sum / double(cur_.ios) : 0;
     l.late_max = cur_.late_max;
+    l.model_latency = cur_.model_latency.summary();
     l.queue_avg = cur_.queue_area / double(next_roll_ - cur_start_);
     l.queue_max = cur_.queue_max;
     reset_interval();
@@ -66,12 +67,14 @@ void StatsAccumulator::reset_interval() {
     cur_.queue_area = 0;
     cur_.queue_max = depth_;
     cur_.latency.clear();
+    cur_.model_latency.clear();
 }
 
 void StatsAccumulator::completed(backend::Op op, uint64_t length, Nanos latency, Nanos late, bool error) {
-    late = std::max<Nanos>(late, 0);
+    late = std::clamp<Nanos>(late, 0, std::max<Nanos>(latency, 0));
     latency_.add(latency);
     cur_.latency.add(latency);
+    cur_.model_latency.add(latency - late);
     cur_.late_sum += double(late);
     cur_.late_max = std::max(cur_.late_max, late);
     late_ = add_total(late_, late);

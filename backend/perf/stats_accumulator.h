@@ -56,6 +56,7 @@ private:
         double queue_area = 0;  // depth x ns
         uint32_t queue_max = 0;
         Histogram latency;
+        Histogram model_latency;  // latency less late
     };
     void close_interval();
     void reset_interval();

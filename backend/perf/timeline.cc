@@ -111,6 +111,11 @@ std::string TimelineWriter::format(const std::string& name, const Stats& st, Nan
         .num("mean", ms(l.late_mean), 3)
         .num("max", ms(double(l.late_max)), 3)
         .end_object();
+    j.begin_object("model_lat_ms")
+        .num("mean", ms(l.model_latency.mean), 3)
+        .num("p50", ms(double(l.model_latency.p50)), 3)
+        .num("p99", ms(double(l.model_latency.p99)), 3)
+        .end_object();
     j.begin_object("queue").num("now", st.queued).num("avg", l.queue_avg, 2).num("max", l.queue_max).end_object();
     j.num("in_service", st.in_service);
     credits(j, "credits", st.credits);

@@ -165,6 +165,11 @@ TEST(PerfTimeline, LateCompletionsAreCountedApart) {
     EXPECT_EQ(s.late_total, Nanos(s.ios) * 300 * kUs);
     EXPECT_NEAR(s.latency.mean, double(2 * kMs + 300 * kUs), double(20 * kUs)) << "what the guest saw";
     EXPECT_NEAR(s.last.late_mean, double(300 * kUs), 1.0) << "the last full interval";
+    // The interval's latency, as the model drew it and as the guest saw it.
+    EXPECT_EQ(s.last.model_latency.p50, 2 * kMs);
+    EXPECT_EQ(s.last.model_latency.p99, 2 * kMs);
+    EXPECT_EQ(s.last.model_latency.count, s.last.ios);
+    EXPECT_NEAR(double(s.last.latency.p50), double(2 * kMs + 300 * kUs), double(20 * kUs));
 }
 
 TEST(PerfTimeline, LineFormat) {
@@ -194,6 +199,9 @@ TEST(PerfTimeline, LineFormat) {
     l.throttle_max = 9218000;
     l.late_mean = 61200;
     l.late_max = 480000;
+    l.model_latency.mean = 10225923;
+    l.model_latency.p50 = 10130000;
+    l.model_latency.p99 = 12001000;
     l.queue_avg = 28.657;
     l.queue_max = 33;
     EXPECT_EQ(TimelineWriter::format("sd\"a\\\x01\xc3\xa9", s, kSec),
@@ -201,6 +209,7 @@ TEST(PerfTimeline, LineFormat) {
               "\"read_iops\":3113.0,\"write_iops\":388.0,\"mbps\":38.179,\"lat_ms\":{\"mean\":10.287,"
               "\"p50\":10.191,\"p90\":11.239,\"p99\":12.288,\"p999\":13.402,\"max\":14.052},"
               "\"throttle_ms\":{\"mean\":8.190,\"max\":9.218},\"late_ms\":{\"mean\":0.061,\"max\":0.480},"
+              "\"model_lat_ms\":{\"mean\":10.226,\"p50\":10.130,\"p99\":12.001},"
               "\"queue\":{\"now\":28,\"avg\":28.66,\"max\":33},"
               "\"in_service\":8,\"credits\":{\"iops\":5390999,\"iops_pct\":99.83,\"mb\":126000.0,"
               "\"mb_pct\":100.00},\"vm_credits\":null,\"total\":{\"ios\":10495,\"bytes\":114196480,"

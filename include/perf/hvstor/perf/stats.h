@@ -33,6 +33,9 @@ struct IntervalStats {
     // 0 on a virtual clock.
     double late_mean = 0;
     Nanos late_max = 0;
+    // The model's own latency of the same IOs: arrival to when the model finished each, so
+    // `latency` less its lateness. What the profile's latency figures describe.
+    LatencySummary model_latency;
     double queue_avg = 0;        // host queue depth, time-weighted
     uint32_t queue_max = 0;
 };
