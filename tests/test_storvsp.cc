@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 
 #include "fake_guest.h"
 #include "fake_host.h"
+#include "fake_loop.h"
 #include "fake_storvsc.h"
 #include "hvstor/backend/backend.h"
 #include "hvstor/scsi/disk.h"
@@ -66,8 +70,14 @@ class StorvspTest : public ::testing::Test {
 protected:
     void SetUp() override { build({}); }
 
+    // With HVSTOR_TEST_EVENT_LOOP set (./hvstor test runs the suite a second time so), every
+    // channel turns in an event loop instead of a thread of its own.
     void build(ControllerConfig cfg) {
         ctl.reset();
+        if (std::getenv("HVSTOR_TEST_EVENT_LOOP") && cfg.loops.empty()) {
+            if (!loop) loop = std::make_unique<hvstor::test::FakeLoop>();
+            cfg.loops = {loop.get()};
+        }
         p.set_message_handler(&server);
         for (uint32_t vp = 0; vp < 4; vp++) g.enable_synic(vp);
         ctl = std::make_unique<Controller>(host, server, *vmbus::Guid::parse(kInstance), cfg);
@@ -177,6 +187,7 @@ protected:
     FakeGuest g{host, p};
     FakeStorvsc guest{host, p, g};
     std::unique_ptr<backend::Backend> ram;
+    std::unique_ptr<hvstor::test::FakeLoop> loop; // outlives the controller
     std::unique_ptr<Controller> ctl;
     std::unique_ptr<scsi::Disk> disk;
     GatedBackend gated;
@@ -184,6 +195,10 @@ protected:
 
     void TearDown() override {
         ctl.reset(); // before the disks and backends they complete through
+        if (loop) {
+            EXPECT_EQ(loop->watching(), 0u) << "every channel let go of the loop";
+            EXPECT_EQ(loop->bad_unwatches(), 0u);
+        }
         disk.reset();
         gated_disk.reset();
     }
@@ -858,6 +873,63 @@ TEST_F(StorvspTest, InlineRoundAnswersBeforeTheSignalReturns) {
         }
     }
     EXPECT_EQ(answered_inline, 50) << "a signal to an idle, ready channel never ran the round itself";
+}
+
+namespace {
+
+// Threads of this process whose names start with `prefix`.
+int threads_named(const std::string& prefix) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream f(e.path() / "comm");
+        std::string name;
+        if (std::getline(f, name) && name.starts_with(prefix)) n++;
+    }
+    return n;
+}
+
+} // namespace
+
+// iothread=: with event loops the channels' workers are turns in them, not threads of their
+// own; channel i turns in loop i % n, and each channel's watch ends with the channel.
+TEST_F(StorvspTest, ChannelsTurnInTheirEventLoops) {
+    hvstor::test::FakeLoop l0, l1;
+    struct ControllerFirst {
+        std::unique_ptr<Controller>& c;
+        ~ControllerFirst() { c.reset(); }
+    } first{ctl};
+    ControllerConfig cfg;
+    cfg.inline_rounds = false; // every round is the worker's: a turn
+    cfg.loops = {&l0, &l1};
+    build(cfg);
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    auto answer = ask_subchannels(c, 1);
+    ASSERT_TRUE(answer);
+    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
+    const uint32_t sub = next_offer();
+    ASSERT_NE(sub, 0u);
+    auto sc = guest.open(sub, kSubRings, 0x200);
+    ASSERT_TRUE(sc);
+    EXPECT_EQ(l0.watching(), 1u);
+    EXPECT_EQ(l1.watching(), 1u);
+    const uint64_t primary_turns = l0.calls(), sub_turns = l1.calls();
+    for (uint32_t i = 0; i < 20; i++) {
+        guest.send_srb(*sc, rw10(true, i, 8), kBuf, 4096);
+        auto r = guest.wait(*sc);
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->pkt.srb.srb_status, kSrbSuccess);
+    }
+    EXPECT_GE(l1.calls() - sub_turns, 20u) << "the subchannel turns in the second loop";
+    EXPECT_EQ(l0.calls(), primary_turns) << "the primary had nothing to do";
+    EXPECT_EQ(threads_named("hvstor-ch"), 0);
+    expect_report_luns(c);
+    EXPECT_GT(l0.calls(), primary_turns);
+
+    ctl.reset();
+    EXPECT_EQ(l0.watching(), 0u);
+    EXPECT_EQ(l1.watching(), 0u);
+    EXPECT_EQ(l0.bad_unwatches() + l1.bad_unwatches(), 0u);
 }
 
 TEST_F(StorvspTest, InlineRoundsOffLeavesEveryRoundToTheWorker) {

@@ -1,5 +1,7 @@
 #include "hvstor/storvsp/controller.h"
 
+#include <algorithm>
+
 #include "queue.h"
 
 namespace hvstor::storvsp {
@@ -24,6 +26,8 @@ bool validate(const ControllerConfig& cfg, std::string& err) {
         err = "outstanding must be 1..4096, not " + std::to_string(cfg.max_outstanding_per_channel);
     else if (cfg.max_subchannels > 256)
         err = "max-subchannels must be at most 256, not " + std::to_string(cfg.max_subchannels);
+    else if (std::find(cfg.loops.begin(), cfg.loops.end(), nullptr) != cfg.loops.end())
+        err = "an event loop for the channels is missing";
     else if (const uint64_t b = preallocated_bytes(cfg); b > kMaxPreallocatedBytes)
         err = "outstanding (" + std::to_string(cfg.max_outstanding_per_channel) + ") x queues (2 x max-subchannels + 1 = " +
               std::to_string(max_queues(cfg)) + ") x max-transfer (" + std::to_string(cfg.max_transfer_bytes) +

@@ -35,6 +35,9 @@ constexpr uint32_t kInlineBudget = 32;
 // Rounds an inline turn runs for completions that came at once (each round sends those of
 // the one before).
 constexpr int kInlineRounds = 3;
+// Rounds a worker's turn in an event loop runs before it lets the loop's other channels and
+// handlers have theirs (it comes back at the loop's next pass).
+constexpr uint32_t kLoopRounds = 8;
 
 } // namespace
 
@@ -57,6 +60,18 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
         err = "eventfd failed";
         return nullptr;
     }
+    if (opt.loop) {
+        // Nobody holds the channel until the first turn, which the wake-up below brings
+        // (as the thread's first round does: packets the guest queued before it opened).
+        ch->owner_.store(kIdle, std::memory_order_relaxed);
+        ch->watch_ = opt.loop->watch(ch->efd_, &ChannelRuntime::loop_ready, ch.get());
+        if (!ch->watch_) {
+            err = "the event loop cannot take the channel";
+            return nullptr;
+        }
+        ch->wake();
+        return ch;
+    }
     try {
         ch->worker_ = start_thread("hvstor-ch" + std::to_string(req.child_relid), [c = ch.get()] { c->run(); });
     } catch (const std::system_error& e) {
@@ -70,7 +85,8 @@ ChannelRuntime::ChannelRuntime(Host& host, const OpenRequest& req, RingPages in,
                                PacketHandler& handler, ChannelStats& stats, Options opt)
     : host_(host), signal_(req.signal), relid_(req.child_relid),
       log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": "), target_vp_(req.target_vp), in_(std::move(in)),
-      out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC)), stats_(stats), opt_(opt) {
+      out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), stats_(stats),
+      opt_(opt) {
     pkt_.reserve(kMaxIncomingPacket);
 }
 
@@ -85,6 +101,16 @@ void ChannelRuntime::request_stop() {
 
 void ChannelRuntime::stop() {
     request_stop();
+    if (opt_.loop) {
+        // No watch: the channel never ran, and there is nothing to stop.
+        if (!watch_ || unwatched_.exchange(true)) return;
+        // No turn runs after this; one may have left the channel to an inline round, which
+        // sees stopping_ and ends at once. Then the channel is this thread's for good.
+        opt_.loop->unwatch(watch_);
+        take_back();
+        handler_.on_stop(*this);
+        return;
+    }
     if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
 }
 
@@ -212,12 +238,9 @@ bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
     return did;
 }
 
-void ChannelRuntime::run() {
-    // The worker holds the channel from the start (owner_ is kWorker) and keeps it once
-    // stopping: no inline round after that.
-    RoundScope scope(this);
-    in_.set_interrupt_mask(true);
+ChannelRuntime::After ChannelRuntime::work(uint32_t rounds) {
     while (!stopping_) {
+        if (rounds-- == 0) return After::Yield;
         stats_.wakeups++;
         rerun_ = false;
         pump();
@@ -230,6 +253,17 @@ void ChannelRuntime::run() {
             in_.set_interrupt_mask(true);
             continue;
         }
+        return After::Idle;
+    }
+    return After::Stopping;
+}
+
+void ChannelRuntime::run() {
+    // The worker holds the channel from the start (owner_ is kWorker) and keeps it once
+    // stopping: no inline round after that.
+    RoundScope scope(this);
+    in_.set_interrupt_mask(true);
+    while (work(UINT32_MAX) == After::Idle) {
         owner_.store(kIdle, std::memory_order_release);
         pollfd p{efd_, POLLIN, 0};
         poll(&p, 1, -1);
@@ -239,6 +273,27 @@ void ChannelRuntime::run() {
         in_.set_interrupt_mask(true);
     }
     handler_.on_stop(*this);
+}
+
+void ChannelRuntime::loop_ready(void* self) { static_cast<ChannelRuntime*>(self)->turn(); }
+
+// A turn takes the channel from idle and leaves it idle: between turns an inline round may
+// have it, and stop() takes it for good once the loop let go.
+void ChannelRuntime::turn() {
+    uint64_t v;
+    [[maybe_unused]] ssize_t n = read(efd_, &v, sizeof v);
+    if (stopping_) return;
+    take_back();
+    After after;
+    {
+        RoundScope scope(this);
+        in_.set_interrupt_mask(true);
+        after = work(kLoopRounds);
+    }
+    // Yield: the ring stays masked (an inline round unmasks it when it ends) and the
+    // wake-up brings the next turn.
+    owner_.store(kIdle, std::memory_order_release);
+    if (after == After::Yield) wake();
 }
 
 } // namespace hvstor::vmbus

@@ -16,6 +16,7 @@
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/protocol.h"
 #include "hvstor/vmbus/bus.h"
+#include "hvstor/vmbus/event_loop.h"
 
 namespace hvstor::storvsp {
 
@@ -35,6 +36,10 @@ struct ControllerConfig {
     bool inline_rounds = true;
     // How guest-error lines name the controller ("hv-storvsc scsi0").
     std::string name = "storvsp";
+    // Where the channels' workers run: empty, a thread per open channel; else channel i
+    // (0: the primary) turns in loops[i % loops.size()] (QEMU: iothread=). The loops
+    // outlive the controller.
+    std::vector<vmbus::EventLoop*> loops{};
 };
 
 // Each queue preallocates its request pool (outstanding x the largest transfer's page list),

@@ -1,7 +1,8 @@
-// The runtime of one open VMBus channel: its two rings, a worker thread, and signalling
-// both ways. A device (storvsp) supplies a PacketHandler; ring work is done in rounds
-// (completions out, then a batch of incoming packets), one thread at a time. The worker
-// does the rounds except while it sleeps: then the thread that brings work runs the round
+// The runtime of one open VMBus channel: its two rings, a worker, and signalling both ways.
+// A device (storvsp) supplies a PacketHandler; ring work is done in rounds (completions out,
+// then a batch of incoming packets), one thread at a time. The worker is a thread of the
+// channel's own, or turns in a host's event loop (ChannelOptions::loop). It does the rounds
+// except while it sleeps: then the thread that brings work runs the round
 // itself, if the handler allows it at that point: a guest signal on its vCPU thread (as
 // virtio does under TCG), a completion on the backend's thread. That spares a thread
 // wake-up per request each way. It needs only the Host (to map the ring pages) and the
@@ -19,6 +20,7 @@
 #include "hvstor/guest_log.h"
 #include "hvstor/host.h"
 #include "hvstor/vmbus/bus.h"
+#include "hvstor/vmbus/event_loop.h"
 #include "hvstor/vmbus/ring.h"
 
 namespace hvstor::vmbus {
@@ -47,7 +49,8 @@ public:
     // ring and ends the round; the worker takes it. For packets whose handling may wait.
     virtual bool takes_inline(const PacketDescriptor& /*d*/, std::span<const uint8_t> /*packet*/) { return true; }
     // The worker is stopping (channel closed): wait for and drop outstanding work. No
-    // packets may be sent any more. Always on the worker.
+    // packets may be sent any more. On the worker's thread; with an event loop, on the
+    // thread that called stop(), once the loop has let go of the channel.
     virtual void on_stop(ChannelRuntime& ch) = 0;
 };
 
@@ -67,6 +70,10 @@ struct ChannelOptions {
     // when the handler allows it (PacketHandler::may_run_inline); otherwise every round is
     // the worker's.
     bool inline_rounds = true;
+    // Where the worker runs: null, a thread of the channel's own; else turns in this loop
+    // (it outlives the runtime), at most a few rounds per turn (kLoopRounds) before the loop's
+    // other channels get theirs.
+    EventLoop* loop = nullptr;
 };
 
 class ChannelRuntime {
@@ -105,6 +112,7 @@ public:
     bool broken() const { return broken_.load(); }
 
     // Stops the worker after the handler's on_stop(); idempotent. Never takes VMM locks.
+    // With an event loop: not from within one of this channel's rounds.
     void stop();
     // Asks the worker to stop after its current round, without waiting; stop() joins it.
     void request_stop();
@@ -112,7 +120,15 @@ public:
 private:
     ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out, PacketHandler& handler,
                    ChannelStats& stats, Options opt);
+    // The worker's thread.
     void run();
+    // The worker's turn in an event loop (its eventfd became readable).
+    static void loop_ready(void* self);
+    void turn();
+    // The worker's rounds, holding the channel with the ring masked, until the channel is
+    // idle (the ring unmasked and nothing to take), stopping, or `rounds` ran.
+    enum class After { Idle, Stopping, Yield };
+    After work(uint32_t rounds);
     // One round: at most `budget` incoming packets; returns true if it took any. An inline
     // round asks the handler before taking each packet (takes_inline).
     bool pump(uint32_t budget = UINT32_MAX, bool inline_round = false);
@@ -144,6 +160,8 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<bool> broken_{false};
     std::thread worker_;
+    void* watch_ = nullptr;              // with an event loop: the eventfd's watch
+    std::atomic<bool> unwatched_{false}; // with an event loop: stop() has begun
     ChannelStats& stats_;
     std::vector<uint8_t> pkt_;
     bool waiting_room_ = false;
