@@ -26,6 +26,10 @@ for bin in unit-tests storvsp/storvsp-tests capi/capi-tests scsi/scsi-tests perf
     timeout 900 "$UNIT/tests/$bin" --gtest_brief=1 2>&1 | tail -n 25
   record "$(basename "$bin") (gtest, ASan/UBSan)" "${PIPESTATUS[0]}"
 done
+# The storage protocol suite again with every channel turning in an event loop (iothread=).
+HVSTOR_TEST_EVENT_LOOP=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  timeout 900 "$UNIT/tests/unit-tests" --gtest_brief=1 --gtest_filter='StorvspTest.*' 2>&1 | tail -n 25
+record "unit-tests, channels in an event loop (gtest, ASan/UBSan)" "${PIPESTATUS[0]}"
 
 # The threaded tests again under ThreadSanitizer: channel workers, completions from backend
 # threads, vCPUs racing on the control path. Any report fails the run. GCC warns that TSan
@@ -42,6 +46,9 @@ for bin in unit-tests storvsp/storvsp-tests capi/capi-tests; do
   TSAN_OPTIONS=halt_on_error=1:exitcode=66 timeout 1800 "$TSAN/tests/$bin" --gtest_brief=1 2>&1 | tail -n 40
   record "$(basename "$bin") (gtest, TSan)" "${PIPESTATUS[0]}"
 done
+HVSTOR_TEST_EVENT_LOOP=1 TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
+  timeout 1800 "$TSAN/tests/unit-tests" --gtest_brief=1 --gtest_filter='StorvspTest.*' 2>&1 | tail -n 40
+record "unit-tests, channels in an event loop (gtest, TSan)" "${PIPESTATUS[0]}"
 
 # House rule: no function over 80 lines in the device without a "Long:" reason above it.
 python3 "$HVSTOR_ROOT/tests/lint/function_length.py" --max 80 "$HVSTOR_ROOT/hw" "$HVSTOR_ROOT/backend" | tail -n 20

@@ -45,6 +45,33 @@ private:
     HvstorHostOps ops_;
 };
 
+class OpsLoop final : public hvstor::vmbus::EventLoop {
+public:
+    explicit OpsLoop(const HvstorEventLoop& ops) : ops_(ops) {}
+    void* watch(int fd, void (*ready)(void*), void* arg) override { return ops_.watch(ops_.opaque, fd, ready, arg); }
+    void unwatch(void* handle) override { ops_.unwatch(ops_.opaque, handle); }
+
+private:
+    const HvstorEventLoop ops_;
+};
+
+// At most one loop per channel a controller can have: the primary and 256 subchannels.
+constexpr uint32_t kMaxLoops = 257;
+
+std::vector<std::unique_ptr<hvstor::vmbus::EventLoop>> loops_of(const HvstorControllerConfig& c) {
+    std::vector<std::unique_ptr<hvstor::vmbus::EventLoop>> loops;
+    if (!c.loops && !c.nr_loops) return loops;
+    if (!c.loops || c.nr_loops < 1 || c.nr_loops > kMaxLoops)
+        throw hvstor::capi::ConfigError("event loops: 1 to " + std::to_string(kMaxLoops) + " of them, not " +
+                                        std::to_string(c.loops ? c.nr_loops : 0));
+    for (uint32_t i = 0; i < c.nr_loops; i++) {
+        if (!c.loops[i].watch || !c.loops[i].unwatch)
+            throw hvstor::capi::ConfigError("event loop " + std::to_string(i) + " has no watch or unwatch");
+        loops.push_back(std::make_unique<OpsLoop>(c.loops[i]));
+    }
+    return loops;
+}
+
 HvstorMsrResult to_c(hvstor::hv::MsrResult r) {
     switch (r) {
     case hvstor::hv::MsrResult::Handled: return HVSTOR_MSR_HANDLED;
@@ -214,7 +241,7 @@ HvstorController* hvstor_controller_new(HvstorVmbus* vb, const uint8_t instance[
             if (!vb || !instance || !cfg) throw std::invalid_argument("no VMBus, instance or settings");
             hvstor::vmbus::Guid g;
             std::memcpy(g.bytes.data(), instance, 16);
-            return to_c(&vb->machine.add_controller(g, to_cpp(*cfg)));
+            return to_c(&vb->machine.add_controller(g, to_cpp(*cfg), loops_of(*cfg)));
         },
         fail_with(err, nullptr));
 }

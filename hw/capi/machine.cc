@@ -51,10 +51,25 @@ void check_controller_config(const storvsp::ControllerConfig& cfg) {
     if (!storvsp::validate(cfg, err)) throw ConfigError(err);
 }
 
-ScsiController::ScsiController(Machine& machine, const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg)
-    : machine_(machine),
+namespace {
+
+storvsp::ControllerConfig with_loops(storvsp::ControllerConfig cfg,
+                                     const std::vector<std::unique_ptr<vmbus::EventLoop>>& loops) {
+    if (!loops.empty()) {
+        cfg.loops.clear();
+        for (const auto& l : loops) cfg.loops.push_back(l.get());
+    }
+    return cfg;
+}
+
+} // namespace
+
+ScsiController::ScsiController(Machine& machine, const vmbus::Guid& instance, storvsp::ControllerConfig cfg,
+                               std::vector<std::unique_ptr<vmbus::EventLoop>> loops)
+    : machine_(machine), loops_(std::move(loops)),
       // The one place a controller is built: it is wired to the machine's bus here.
-      ctl_(std::make_unique<storvsp::Controller>(machine.host(), machine.server(), instance, checked(cfg))) {
+      ctl_(std::make_unique<storvsp::Controller>(machine.host(), machine.server(), instance,
+                                                 checked(with_loops(std::move(cfg), loops_)))) {
     std::string err;
     if (!ctl_->start(err)) throw std::runtime_error(err);
 }
@@ -220,8 +235,9 @@ DiskFactory Machine::disk_factory() const {
     return DiskFactory(vm_limits_);
 }
 
-ScsiController& Machine::add_controller(const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg) {
-    auto c = std::make_unique<ScsiController>(*this, instance, cfg);
+ScsiController& Machine::add_controller(const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg,
+                                        std::vector<std::unique_ptr<vmbus::EventLoop>> loops) {
+    auto c = std::make_unique<ScsiController>(*this, instance, cfg, std::move(loops));
     std::lock_guard lock(mu_);
     controllers_.push_back(std::move(c));
     return *controllers_.back();

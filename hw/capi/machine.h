@@ -50,7 +50,10 @@ class Machine;
 class ScsiController {
 public:
     // Throws ConfigError for settings out of range, std::runtime_error when the offer fails.
-    ScsiController(Machine& machine, const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg);
+    // With `loops`, the channels turn in them (cfg.loops is set from them; they live as long
+    // as the controller).
+    ScsiController(Machine& machine, const vmbus::Guid& instance, storvsp::ControllerConfig cfg,
+                   std::vector<std::unique_ptr<vmbus::EventLoop>> loops = {});
     ~ScsiController();
     ScsiController(const ScsiController&) = delete;
     ScsiController& operator=(const ScsiController&) = delete;
@@ -83,6 +86,7 @@ public:
 
 private:
     Machine& machine_;
+    std::vector<std::unique_ptr<vmbus::EventLoop>> loops_; // before the controller: outlive it
     std::unique_ptr<storvsp::Controller> ctl_;
     // Off the list; throws std::invalid_argument when it is not there.
     std::unique_ptr<AttachedDisk> take(const AttachedDisk* disk);
@@ -135,7 +139,8 @@ public:
     DiskFactory disk_factory() const;
 
     // Builds and starts a controller, kept until the machine goes. Throws as its constructor.
-    ScsiController& add_controller(const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg);
+    ScsiController& add_controller(const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg,
+                                   std::vector<std::unique_ptr<vmbus::EventLoop>> loops = {});
 
 private:
     Host& host_;

@@ -4,6 +4,7 @@
  * target and the backends live in the C++ core (include/hvstor/capi.h).
  *
  *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES][,inline-rounds=off]
+ *          [,iothread=IOTHREAD]
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
  *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...]
  *   -device hv-disk,bus=scsi0.0,lun=2,drive=DRIVE[,iothread=IOTHREAD]
@@ -11,6 +12,10 @@
  * drive= puts the disk on QEMU's block layer (-drive if=none / -blockdev: qcow2, backing
  * chains, throttling); its I/O runs in an IOThread, iothread= or one of its own
  * (hvstor-drive.c, docs/drive.md).
+ *
+ * iothread= on the controller runs its channels' workers in that IOThread's AioContext
+ * instead of a thread per channel: a turn each time the channel's eventfd fires. A drive=
+ * disk in the same IOThread then takes its requests in the thread that parsed them.
  *
  * Disks can be added and removed while the guest runs (QMP device_add and
  * device_del of hv-disk); the guest is told to rescan its bus each time.
@@ -28,6 +33,8 @@
 #include "qemu/error-report.h"
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
+#include "qemu/thread.h"
+#include "block/aio.h"
 #include "qemu/uuid.h"
 #include "qapi/error.h"
 #include "qapi/visitor.h"
@@ -61,6 +68,8 @@ struct HvStorvsc {
     uint32_t max_transfer;
     uint32_t max_outstanding;
     bool inline_rounds;
+    IOThread *iothread;    /* iothread=: where the channels' workers turn */
+    HvstorEventLoop loop;  /* over its AioContext */
     HvstorController *ctl;
 };
 
@@ -83,6 +92,77 @@ struct HvDisk {
 };
 
 static unsigned controller_count;
+
+/*
+ * The channels' event loop over an IOThread's AioContext (HvstorEventLoop). A watch is set
+ * and cleared from within that context, as QEMU's devices attach their host notifiers to
+ * an IOThread: once the bottom half ran there, the handler is not running, and after a
+ * clear it never runs again. The caller waits for it: the IOThread takes no BQL on the
+ * way, so a caller holding it (a vCPU opening a channel) cannot deadlock it.
+ */
+typedef struct HvLoopWatch {
+    AioContext *ctx;
+    int fd;
+    void (*ready)(void *arg);
+    void *arg;
+    QemuSemaphore ran;
+} HvLoopWatch;
+
+static void hv_loop_readable(void *opaque)
+{
+    HvLoopWatch *w = opaque;
+
+    w->ready(w->arg);
+}
+
+static void hv_loop_attach(void *opaque)
+{
+    HvLoopWatch *w = opaque;
+
+    aio_set_fd_handler(w->ctx, w->fd, hv_loop_readable, NULL, NULL, NULL, w);
+    qemu_sem_post(&w->ran);
+}
+
+static void hv_loop_detach(void *opaque)
+{
+    HvLoopWatch *w = opaque;
+
+    aio_set_fd_handler(w->ctx, w->fd, NULL, NULL, NULL, NULL, NULL);
+    qemu_sem_post(&w->ran);
+}
+
+/* Runs fn(w) in w's AioContext and returns once it has. */
+static void hv_loop_run_there(HvLoopWatch *w, QEMUBHFunc *fn)
+{
+    if (in_aio_context_home_thread(w->ctx)) {
+        fn(w);
+    } else {
+        aio_bh_schedule_oneshot(w->ctx, fn, w);
+    }
+    qemu_sem_wait(&w->ran);
+}
+
+static void *hv_loop_watch(void *opaque, int fd, void (*ready)(void *arg), void *arg)
+{
+    HvLoopWatch *w = g_new0(HvLoopWatch, 1);
+
+    w->ctx = opaque;
+    w->fd = fd;
+    w->ready = ready;
+    w->arg = arg;
+    qemu_sem_init(&w->ran, 0);
+    hv_loop_run_there(w, hv_loop_attach);
+    return w;
+}
+
+static void hv_loop_unwatch(void *opaque, void *handle)
+{
+    HvLoopWatch *w = handle;
+
+    hv_loop_run_there(w, hv_loop_detach);
+    qemu_sem_destroy(&w->ran);
+    g_free(w);
+}
 
 static void hv_storvsc_realize(DeviceState *dev, Error **errp)
 {
@@ -119,6 +199,13 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     cfg.max_transfer_bytes = s->max_transfer;
     cfg.max_outstanding = s->max_outstanding;
     cfg.worker_only = !s->inline_rounds;
+    if (s->iothread) {
+        s->loop.opaque = iothread_get_aio_context(s->iothread);
+        s->loop.watch = hv_loop_watch;
+        s->loop.unwatch = hv_loop_unwatch;
+        cfg.loops = &s->loop;
+        cfg.nr_loops = 1;
+    }
     name = dev->id ? g_strdup_printf("hv-storvsc %s", dev->id)
                    : g_strdup_printf("hv-storvsc #%u", controller_count - 1);
     cfg.name = name;
@@ -140,6 +227,7 @@ static const Property hv_storvsc_props[] = {
     DEFINE_PROP_UINT32("max-transfer", HvStorvsc, max_transfer, 256 * 1024),
     DEFINE_PROP_UINT32("outstanding", HvStorvsc, max_outstanding, 256),
     DEFINE_PROP_BOOL("inline-rounds", HvStorvsc, inline_rounds, true),
+    DEFINE_PROP_LINK("iothread", HvStorvsc, iothread, TYPE_IOTHREAD, IOThread *),
 };
 
 /* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */

@@ -116,7 +116,7 @@ std::string take(char*& err) {
 constexpr uint16_t kPort = 0x5A58;
 constexpr uint8_t kInstance[16] = {0x1b, 0x78, 0xb3, 0xf8, 0x82, 0x1e, 0x18, 0x48,
                                    0xa1, 0xc3, 0x63, 0xd8, 0x06, 0xec, 0x15, 0x00};
-constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0", 0};
+constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0", 0, nullptr, 0};
 
 class CAbiTest : public ::testing::Test {
 protected:
@@ -230,6 +230,30 @@ TEST_F(CAbiTest, ControllerSettingsAreChecked) {
     EXPECT_NE(take(err).find("would preallocate"), std::string::npos);
     EXPECT_EQ(hvstor_controller_new(vb, kInstance, nullptr, &err), nullptr);
     EXPECT_EQ(take(err), "no VMBus, instance or settings");
+
+    // Event loops: a count that matches, each with both calls.
+    HvstorEventLoop loops[2] = {{nullptr, [](void*, int, void (*)(void*), void*) -> void* { return nullptr; },
+                                 [](void*, void*) {}},
+                                {nullptr, nullptr, [](void*, void*) {}}};
+    cfg = kController;
+    cfg.loops = loops;
+    cfg.nr_loops = 0;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "event loops: 1 to 257 of them, not 0");
+    cfg.nr_loops = 258;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "event loops: 1 to 257 of them, not 258");
+    cfg.loops = nullptr;
+    cfg.nr_loops = 1;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "event loops: 1 to 257 of them, not 0");
+    cfg.loops = loops;
+    cfg.nr_loops = 2;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "event loop 1 has no watch or unwatch");
+    cfg.nr_loops = 1;
+    HvstorController* c = hvstor_controller_new(vb, kInstance, &cfg, &err);
+    EXPECT_NE(c, nullptr) << take(err);
 }
 
 TEST_F(CAbiTest, DiskErrorsComeBackAsMessages) {

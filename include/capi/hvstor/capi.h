@@ -106,6 +106,20 @@ uint64_t hvstor_hypercall(HvstorVmbus *vb, uint32_t vp, uint64_t control,
 /* A synthetic SCSI controller: offers its primary channel at creation. */
 typedef struct HvstorController HvstorController;
 
+/*
+ * An event loop of the VMM's that runs channels instead of threads of the model's own
+ * (QEMU: an IOThread's AioContext). Both calls from any thread.
+ * watch: from now on, call ready(arg) on the loop's thread whenever `fd` is readable (it
+ *   stays readable until read); a handle for unwatch, or NULL if the loop cannot take it.
+ * unwatch: return once that `ready` is not running and will not run again. Called from any
+ *   thread, the loop's own included, but never from within that `ready`.
+ */
+typedef struct HvstorEventLoop {
+    void *opaque;
+    void *(*watch)(void *opaque, int fd, void (*ready)(void *arg), void *arg);
+    void (*unwatch)(void *opaque, void *handle);
+} HvstorEventLoop;
+
 typedef struct HvstorControllerConfig {
     uint16_t max_subchannels;     /* subchannels the guest may ask for */
     uint32_t max_transfer_bytes;  /* largest SRB data transfer */
@@ -113,6 +127,13 @@ typedef struct HvstorControllerConfig {
     const char *name;             /* names it in guest-error lines; NULL: "storvsp" */
     uint8_t worker_only;          /* 1: every ring round on the channel's worker, none on
                                      the signalling vCPU thread (inline-rounds=off) */
+    /*
+     * Where the channels' workers run. NULL: a thread per open channel. Else channel i
+     * (0: the primary) turns in loops[i % nr_loops] (1 to 257 of them; QEMU: iothread=).
+     * The structs are copied; each loop's opaque outlives the controller.
+     */
+    const HvstorEventLoop *loops;
+    uint32_t nr_loops;
 } HvstorControllerConfig;
 
 /*
