@@ -366,6 +366,10 @@ class Plan:
             self._slowed = True
             out += ["-device", "hv-vmbus-bridge,vm-perf=" + qemu_escape(self._with_scale(vmperf))]
         sc = self._val(v, "storvsc", "")
+        # iothread=ID: the IOThread the channels run in, created here.
+        for item in sc.split(","):
+            if item.startswith("iothread="):
+                out += ["-object", "iothread,id=" + item.split("=", 1)[1]]
         out += ["-device", "hv-storvsc,id=scsi0" + ("," + sc if sc else "")]
         for i, disk in enumerate(self.spec.disks):
             props = [f"id=disk{i}", "bus=scsi0.0", f"lun={i}"]

@@ -36,6 +36,12 @@ def test_variant_storvsc_replaces_the_experiments():
     assert p.variants["stock"].devices[1] == "hv-storvsc,id=scsi0,inline-rounds=off"
 
 
+def test_storvsc_iothread_creates_it():
+    p = make(spec_text(stock_extra="storvsc = inline-rounds=off,iothread=hvio0"))
+    devs = p.variants["stock"].devices
+    assert devs[:4] == ["-object", "iothread,id=hvio0", "-device", "hv-storvsc,id=scsi0,inline-rounds=off,iothread=hvio0"]
+
+
 def test_time_scale_without_perf_is_ignored():
     p = make(spec_text(exp_extra="time-scale = 8"))
     assert p.eff_scale == 1 and "ignored" in p.scale_note
