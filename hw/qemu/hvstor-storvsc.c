@@ -94,11 +94,15 @@ struct HvDisk {
 static unsigned controller_count;
 
 /*
- * The channels' event loop over an IOThread's AioContext (HvstorEventLoop). A watch is set
- * and cleared from within that context, as QEMU's devices attach their host notifiers to
- * an IOThread: once the bottom half ran there, the handler is not running, and after a
- * clear it never runs again. The caller waits for it: the IOThread takes no BQL on the
- * way, so a caller holding it (a vCPU opening a channel) cannot deadlock it.
+ * The channels' event loop over an IOThread's AioContext (HvstorEventLoop).
+ * A watch is set from the caller's thread (aio_set_fd_handler takes the context's list
+ * lock and notifies it): a channel opens on a vCPU thread under the VMBus server's lock,
+ * which a turn in the IOThread offering subchannels may be waiting for, so the caller must
+ * not wait for the IOThread.
+ * A watch is cleared from within the context, as QEMU's devices detach their host
+ * notifiers from an IOThread: once the bottom half ran there, the handler is not running
+ * and never runs again. The caller (a channel's closer) waits for it; the IOThread never
+ * waits for the BQL, so a caller holding it cannot deadlock it either.
  */
 typedef struct HvLoopWatch {
     AioContext *ctx;
@@ -115,14 +119,6 @@ static void hv_loop_readable(void *opaque)
     w->ready(w->arg);
 }
 
-static void hv_loop_attach(void *opaque)
-{
-    HvLoopWatch *w = opaque;
-
-    aio_set_fd_handler(w->ctx, w->fd, hv_loop_readable, NULL, NULL, NULL, w);
-    qemu_sem_post(&w->ran);
-}
-
 static void hv_loop_detach(void *opaque)
 {
     HvLoopWatch *w = opaque;
@@ -131,13 +127,13 @@ static void hv_loop_detach(void *opaque)
     qemu_sem_post(&w->ran);
 }
 
-/* Runs fn(w) in w's AioContext and returns once it has. */
-static void hv_loop_run_there(HvLoopWatch *w, QEMUBHFunc *fn)
+/* Runs the detach in w's AioContext and returns once it has. */
+static void hv_loop_detach_there(HvLoopWatch *w)
 {
     if (in_aio_context_home_thread(w->ctx)) {
-        fn(w);
+        hv_loop_detach(w);
     } else {
-        aio_bh_schedule_oneshot(w->ctx, fn, w);
+        aio_bh_schedule_oneshot(w->ctx, hv_loop_detach, w);
     }
     qemu_sem_wait(&w->ran);
 }
@@ -151,7 +147,7 @@ static void *hv_loop_watch(void *opaque, int fd, void (*ready)(void *arg), void 
     w->ready = ready;
     w->arg = arg;
     qemu_sem_init(&w->ran, 0);
-    hv_loop_run_there(w, hv_loop_attach);
+    aio_set_fd_handler(w->ctx, fd, hv_loop_readable, NULL, NULL, NULL, w);
     return w;
 }
 
@@ -159,7 +155,7 @@ static void hv_loop_unwatch(void *opaque, void *handle)
 {
     HvLoopWatch *w = handle;
 
-    hv_loop_run_there(w, hv_loop_detach);
+    hv_loop_detach_there(w);
     qemu_sem_destroy(&w->ran);
     g_free(w);
 }

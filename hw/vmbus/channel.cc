@@ -263,7 +263,10 @@ void ChannelRuntime::run() {
     // stopping: no inline round after that.
     RoundScope scope(this);
     in_.set_interrupt_mask(true);
-    while (work(UINT32_MAX) == After::Idle) {
+    for (;;) {
+        const After after = work(UINT32_MAX);
+        if (after == After::Stopping) break;
+        if (after == After::Yield) continue; // 2^32 rounds without a pause: on we go
         owner_.store(kIdle, std::memory_order_release);
         pollfd p{efd_, POLLIN, 0};
         poll(&p, 1, -1);

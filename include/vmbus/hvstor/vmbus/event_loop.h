@@ -11,10 +11,13 @@ public:
     virtual ~EventLoop() = default;
     // From now on, calls ready(arg) on the loop's thread whenever `fd` is readable (it
     // stays readable until read). A handle for unwatch, or nullptr if the loop cannot take
-    // it. Any thread.
+    // it. Any thread. Must not wait for the loop's thread: a channel opens under the bus's
+    // lock, which a turn of another channel on that thread may be waiting for (offering
+    // subchannels).
     virtual void* watch(int fd, void (*ready)(void* arg), void* arg) = 0;
     // When it returns, the watch's `ready` is not running and will not run again. Any
-    // thread, the loop's own included, but never from within that `ready`.
+    // thread, the loop's own included, but never from within that `ready`; never with the
+    // bus's lock held (it may wait for the loop's thread).
     virtual void unwatch(void* handle) = 0;
 };
 
