@@ -4,13 +4,20 @@
 // controller sits on a loopback bus (no partition or server) with a RAM disk and a null disk.
 //
 // Input: a mode byte (bit 0: flip, bit 1: the null disk on LUN 1, bits 2-3: the newest protocol
-// version offered), then records (fuzz_common.h). Checked, unless in flip mode or after a raw
+// version offered, bit 4: the channels turn in an event loop this thread runs after each
+// record and while it waits for answers, instead of worker threads), then records
+// (fuzz_common.h). Checked, unless in flip mode or after a raw
 // packet that lies about its length: every packet gets exactly one completion (a 64-byte
 // vstor packet or shorter), within 20 s and with SIGNAL_EVENT only where Linux sends one;
 // an SRB never reports more data than it asked for. Always: closing a channel waits for its
 // requests, and every guest page mapped is unmapped at the end.
 // Flip mode: a thread keeps changing the guest-to-host rings and the data buffers.
+#include <poll.h>
+
+#include <algorithm>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 
 #include "fake_bus.h"
 #include "guest_rings.h"
@@ -65,6 +72,73 @@ Flipper::Pick flip_shared(FuzzHost& host) {
     };
 }
 
+// The event loop of mode bit 4 (hv-storvsc's iothread=): run by the fuzzing thread itself, so
+// turns interleave with the guest's records; closer threads unwatch from their side.
+class StepLoop final : public vmbus::EventLoop {
+public:
+    void* watch(int fd, void (*ready)(void*), void* arg) override {
+        std::lock_guard lock(mu_);
+        watches_.push_back(std::make_unique<Watch>(Watch{fd, ready, arg}));
+        return watches_.back().get();
+    }
+    void unwatch(void* handle) override {
+        std::unique_lock lock(mu_);
+        auto it = std::find_if(watches_.begin(), watches_.end(), [&](const auto& w) { return w.get() == handle; });
+        FUZZ_CHECK(it != watches_.end()); // each watch ends once
+        std::unique_ptr<Watch> gone = std::move(*it);
+        watches_.erase(it);
+        idle_.wait(lock, [&] { return running_ != handle; });
+    }
+    // Runs, once, each watch whose fd is readable; whether any ran.
+    bool run_ready() {
+        std::vector<pollfd> fds;
+        std::vector<const Watch*> polled;
+        {
+            std::lock_guard lock(mu_);
+            for (const auto& w : watches_) {
+                fds.push_back(pollfd{w->fd, POLLIN, 0});
+                polled.push_back(w.get());
+            }
+        }
+        if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return false;
+        bool ran = false;
+        for (size_t i = 0; i < fds.size(); i++) {
+            if (!(fds[i].revents & POLLIN)) continue;
+            Watch w;
+            {
+                std::lock_guard lock(mu_);
+                auto it = std::find_if(watches_.begin(), watches_.end(), [&](const auto& x) { return x.get() == polled[i]; });
+                if (it == watches_.end()) continue; // unwatched since the poll
+                w = **it;
+                running_ = polled[i];
+            }
+            w.ready(w.arg);
+            ran = true;
+            {
+                std::lock_guard lock(mu_);
+                running_ = nullptr;
+            }
+            idle_.notify_all();
+        }
+        return ran;
+    }
+    size_t watching() {
+        std::lock_guard lock(mu_);
+        return watches_.size();
+    }
+
+private:
+    struct Watch {
+        int fd = -1;
+        void (*ready)(void*) = nullptr;
+        void* arg = nullptr;
+    };
+    std::mutex mu_;
+    std::condition_variable idle_;
+    std::vector<std::unique_ptr<Watch>> watches_;
+    const void* running_ = nullptr;
+};
+
 struct Expect {
     bool srb = false;
     uint32_t len = 0;
@@ -93,6 +167,10 @@ public:
         cfg.max_transfer_bytes = 64 * 1024;
         cfg.max_outstanding_per_channel = 8;
         cfg.max_protocol_version = kVersions[(mode >> 2) & 3];
+        if (mode & 16) {
+            loop_ = std::make_unique<StepLoop>();
+            cfg.loops = {loop_.get()};
+        }
         ctl_ = std::make_unique<Controller>(host_, bus_, vmbus::Guid{}, cfg);
         if (!ctl_->start(err)) fail(err.c_str());
         scsi::DiskConfig dc;
@@ -110,6 +188,7 @@ public:
         settle();
         if (chans_[0].open) bus_.close(chans_[0].g.relid); // takes the subchannels along
         ctl_.reset();
+        if (loop_) FUZZ_CHECK(loop_->watching() == 0); // every channel let go of the loop
         disks_[0].reset();
         disks_[1].reset();
         ram_.reset();
@@ -119,6 +198,11 @@ public:
 
     void start_flipping(uint64_t seed) {
         if (flip_) flipper_ = std::make_unique<Flipper>(flip_shared(host_), seed);
+    }
+
+    // After each record: the loop's turns, if the channels have one.
+    void turns() {
+        if (loop_) loop_->run_ready();
     }
 
     void record(const Record& r) {
@@ -387,7 +471,7 @@ private:
         const auto end = std::chrono::steady_clock::now() + limit;
         auto moved_at = std::chrono::steady_clock::now();
         for (;;) {
-            bool progress = false, all = true;
+            bool progress = loop_ && loop_->run_ready(), all = true;
             for (auto& c : chans_) {
                 if (!c.open) continue;
                 while (auto pk = c.g.read([&] { signal(c); })) {
@@ -416,6 +500,7 @@ private:
     FuzzHost host_{kRam, kHoleStart, kHoleEnd};
     test::LoopbackBus bus_;
     std::unique_ptr<backend::Backend> ram_, null_;
+    std::unique_ptr<StepLoop> loop_; // outlives the controller
     std::unique_ptr<Controller> ctl_;
     std::unique_ptr<scsi::Disk> disks_[2];
     Chan chans_[kMaxChannels];
@@ -432,6 +517,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Rig rig(mode);
     rig.start_flipping(in.u64());
     Record r;
-    for (int i = 0; i < 128 && next_record(in, r); i++) rig.record(r);
+    for (int i = 0; i < 128 && next_record(in, r); i++) {
+        rig.record(r);
+        rig.turns();
+    }
     return 0;
 }
