@@ -60,6 +60,30 @@ finish() {
   exit 0
 }
 
+# Shell functions for guest commands that find disks by LUN; put them before the command
+# (--cmd "$GUEST_LUN_HELPERS$GUEST_CMD").
+#   lun_dev N    the sdX of LUN N on the guest's SCSI hosts, if there is one
+#   wait_lun N   waits for LUN N to appear (up to 600 polls 0.5 s apart), prints its sdX;
+#                fails after the last poll, printing "no LUN N after 600 polls" on stderr
+read -r -d '' GUEST_LUN_HELPERS <<'SH' || true
+lun_dev() {
+  for d in /sys/block/sd*; do
+    [ -e "$d" ] || continue
+    a=$(basename "$(readlink "$d/device")")
+    [ "${a##*:}" = "$1" ] && basename "$d"
+  done
+}
+wait_lun() {
+  n=0
+  while [ "$n" -lt 600 ]; do
+    d=$(lun_dev "$1"); [ -n "$d" ] && { echo "$d"; return 0; }
+    sleep 0.5; n=$((n + 1))
+  done
+  echo "no LUN $1 after $n polls" >&2; return 1
+}
+SH
+GUEST_LUN_HELPERS+=$'\n'
+
 # The guest command of the patched-module tests: the running kernel, the loaded hv_storvsc's
 # version, srcversion, taint and storvsc_vcpus_per_sub_channel, the hardware queues and the
 # tag flags of sda; with HVSTOR_FIO=1 before it, also a fio crc32c verify ("FIO OK").

@@ -171,6 +171,20 @@ protected:
         auto o = guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
         return o ? o->child_relid : 0;
     }
+    // One more subchannel asked for on `c`, offered and opened with its rings at `rings`
+    // under GPADL `gpadl`; nullopt, with the failure recorded, if a step fails.
+    std::optional<FakeStorvsc::Chan> open_subchannel(FakeStorvsc::Chan& c, uint64_t rings, uint32_t gpadl) {
+        auto answer = ask_subchannels(c, 1);
+        EXPECT_TRUE(answer);
+        if (!answer) return std::nullopt;
+        EXPECT_EQ(answer->pkt.status, kStatusSuccess);
+        const uint32_t sub = next_offer();
+        EXPECT_NE(sub, 0u);
+        if (!sub) return std::nullopt;
+        auto sc = guest.open(sub, rings, gpadl);
+        EXPECT_TRUE(sc);
+        return sc;
+    }
 
     // LUN 0 becomes a disk whose requests wait until gated.release_all().
     void gate_lun0() {
@@ -755,12 +769,7 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
         auto c = guest.open(ctl->primary_relid(), cy.rings, cy.gpadl);
         ASSERT_TRUE(c);
         ASSERT_TRUE(guest.handshake(*c));
-        auto answer = ask_subchannels(*c, 1);
-        ASSERT_TRUE(answer);
-        ASSERT_EQ(answer->pkt.status, kStatusSuccess);
-        const uint32_t sub = next_offer();
-        ASSERT_NE(sub, 0u);
-        auto sc = guest.open(sub, cy.sub_rings, cy.sub_gpadl);
+        auto sc = open_subchannel(*c, cy.sub_rings, cy.sub_gpadl);
         ASSERT_TRUE(sc);
         const size_t before = gated.held_count();
         guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096);
@@ -768,7 +777,7 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
         guest.close(*sc); // its queue drains the held request
         guest.close(*c);  // withdraws the subchannel
         ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
-        release_relid(sub);
+        release_relid(sc->relid);
         tear_down_gpadl(cy.gpadl);
         ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
         held_subs.push_back(cy.sub_gpadl);
@@ -791,13 +800,8 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
         tear_down_gpadl(gpadl);
         ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
     }
-    answer = ask_subchannels(*c, 1);
-    ASSERT_TRUE(answer);
-    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
-    const uint32_t sub = next_offer();
-    ASSERT_NE(sub, 0u) << "a drained queue serves the new subchannel";
-    auto sc = guest.open(sub, 0x380000, 0x202);
-    ASSERT_TRUE(sc);
+    auto sc = open_subchannel(*c, 0x380000, 0x202);
+    ASSERT_TRUE(sc) << "a drained queue serves the new subchannel";
     ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc));
     EXPECT_EQ(ctl->stats().channels.size(), 3u);
 }
@@ -812,12 +816,7 @@ TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
     gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    auto answer = ask_subchannels(c, 1);
-    ASSERT_TRUE(answer);
-    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
-    const uint32_t sub = next_offer();
-    ASSERT_NE(sub, 0u);
-    auto sc = guest.open(sub, kSubRings, 0x200);
+    auto sc = open_subchannel(c, kSubRings, 0x200);
     ASSERT_TRUE(sc);
     std::set<uint64_t> old_ids;
     for (int i = 0; i < 4; i++) old_ids.insert(guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096));
@@ -825,18 +824,13 @@ TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
     guest.close(*sc); // its worker drains the 4 held requests
     guest.close(c);   // the primary's close withdraws the subchannel
     ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
-    release_relid(sub);
+    release_relid(sc->relid);
     tear_down_gpadl(0x100);
     ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown)) << "primary closed";
     auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
     ASSERT_TRUE(c2);
     ASSERT_TRUE(guest.handshake(*c2));
-    answer = ask_subchannels(*c2, 1);
-    ASSERT_TRUE(answer);
-    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
-    const uint32_t sub2 = next_offer();
-    ASSERT_NE(sub2, 0u);
-    auto sc2 = guest.open(sub2, kSubRings2, 0x201);
+    auto sc2 = open_subchannel(*c2, kSubRings2, 0x201);
     ASSERT_TRUE(sc2) << "a fresh queue serves the new subchannel";
     // Its own I/O works while the old requests are still held.
     ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc2));
@@ -904,12 +898,7 @@ TEST_F(StorvspTest, ChannelsTurnInTheirEventLoops) {
     build(cfg);
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    auto answer = ask_subchannels(c, 1);
-    ASSERT_TRUE(answer);
-    ASSERT_EQ(answer->pkt.status, kStatusSuccess);
-    const uint32_t sub = next_offer();
-    ASSERT_NE(sub, 0u);
-    auto sc = guest.open(sub, kSubRings, 0x200);
+    auto sc = open_subchannel(c, kSubRings, 0x200);
     ASSERT_TRUE(sc);
     EXPECT_EQ(l0.watching(), 1u);
     EXPECT_EQ(l1.watching(), 1u);
@@ -1092,12 +1081,7 @@ TEST_F(StorvspTest, CompletionRunsTheRoundOnTheCompletingThread) {
 TEST_F(StorvspTest, SubchannelsRunInlineOnceThePrimaryIsReady) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    auto answer = ask_subchannels(c, 1);
-    ASSERT_TRUE(answer);
-    EXPECT_EQ(answer->pkt.status, kStatusSuccess);
-    const uint32_t sub = next_offer();
-    ASSERT_NE(sub, 0u);
-    auto sc = guest.open(sub, kSubRings, 0x200);
+    auto sc = open_subchannel(c, kSubRings, 0x200);
     ASSERT_TRUE(sc);
     for (int i = 0; i < 10000 && ctl->stats().channels[1].inline_rounds < 20; i++) {
         const uint64_t id = guest.send_srb(*sc, rw10(false, uint32_t(i), 8), kBuf, 4096);

@@ -25,13 +25,6 @@ qemu-img create -q -f qcow2 "$WORK/user.qcow2" 128M
 qemu-img create -q -f qcow2 "$WORK/hot.qcow2" 32M
 
 read -r -d '' GUEST_CMD <<'SH'
-lun_dev() {
-  for d in /sys/block/sd*; do
-    [ -e "$d" ] || continue
-    a=$(basename "$(readlink "$d/device")")
-    [ "${a##*:}" = "$1" ] && basename "$d"
-  done
-}
 verify() { # name device fio-args...
   n=$1 dev=$2; shift 2
   fio --name=$n --filename=/dev/$dev --direct=1 --ioengine=libaio --iodepth=16 \
@@ -54,9 +47,7 @@ echo "FIO-USER-OK"
 blkdiscard -o 0 -l 1048576 /dev/$B && echo "DISCARD-OK"
 echo "OVERLAY-SUM $(sha256sum /dev/$A | cut -d' ' -f1)"
 echo "DRIVE-READY-FOR-ADD"
-n=0; D=
-while [ "$n" -lt 600 ]; do D=$(lun_dev 3); [ -n "$D" ] && break; sleep 0.5; n=$((n + 1)); done
-[ -n "$D" ] || { echo "NO-NEW-DISK after $n polls"; exit 1; }
+D=$(wait_lun 3) || { echo "NO-NEW-DISK"; exit 1; }
 echo "HOT $(cat /sys/block/$D/size)"
 verify hot $D --rw=randwrite --bs=4k-64k --size=16M
 echo "FIO-HOT-OK"
@@ -120,7 +111,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$WORK/hot.qcow2" -- \
-  --kernel debian-6.12 --vcpus 2 --mem 1G --timeout 900 --wait-disks 3 --cmd "$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --mem 1G --timeout 900 --wait-disks 3 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -object iothread,id=io0 \
      -drive if=none,id=overlay,file="$WORK/overlay.qcow2",format=qcow2 \
      -drive if=none,id=user,file="$WORK/user.qcow2",format=qcow2 \

@@ -15,19 +15,10 @@ SOCK=$WORK/qmp.sock
 CONSOLE=$WORK/console.log
 
 read -r -d '' GUEST_CMD <<'SH'
-lun_dev() {
-  for d in /sys/block/sd*; do
-    [ -e "$d" ] || continue
-    a=$(basename "$(readlink "$d/device")")
-    [ "${a##*:}" = "$1" ] && basename "$d"
-  done
-}
 A=$(lun_dev 0)
 echo "FIRST ${A:-none}"
 echo "HOTPLUG-READY-FOR-ADD"
-n=0; B=
-while [ "$n" -lt 600 ]; do B=$(lun_dev 1); [ -n "$B" ] && break; sleep 0.5; n=$((n + 1)); done
-[ -n "$B" ] || { echo "NO-NEW-DISK after $n polls"; exit 1; }
+B=$(wait_lun 1) || { echo "NO-NEW-DISK"; exit 1; }
 echo "NEW $B $(cat /sys/block/$B/size)"
 fio --name=hot --filename=/dev/$B --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite \
     --bs=4k-64k --size=16M --verify=crc32c --verify_fatal=1 --output-format=normal >/tmp/fio.out 2>&1 \
@@ -43,9 +34,7 @@ dd if=/dev/zero of=/dev/$A bs=64k count=16 oflag=direct 2>/dev/null && echo "FIR
 echo "LEFT $(ls /sys/block | grep '^sd' | tr '\n' ' ')"
 # Removal under I/O: a disk whose writes take 10 s each is removed while one is in flight.
 echo "HOTPLUG-READY-FOR-SLOW"
-n=0; C=
-while [ "$n" -lt 600 ]; do C=$(lun_dev 2); [ -n "$C" ] && break; sleep 0.5; n=$((n + 1)); done
-[ -n "$C" ] || { echo "NO-SLOW-DISK after $n polls"; exit 1; }
+C=$(wait_lun 2) || { echo "NO-SLOW-DISK"; exit 1; }
 dd if=/dev/zero of=/dev/$C bs=4k count=1 oflag=direct 2>/dev/null &
 DD=$!
 n=0
@@ -111,7 +100,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=32M
 

@@ -17,13 +17,6 @@ truncate -s 256M "$WORK/lun0.img"
 qemu-img create -q -f qcow2 "$WORK/user.qcow2" 256M
 
 read -r -d '' GUEST_CMD <<'SH'
-lun_dev() {
-  for d in /sys/block/sd*; do
-    [ -e "$d" ] || continue
-    a=$(basename "$(readlink "$d/device")")
-    [ "${a##*:}" = "$1" ] && basename "$d"
-  done
-}
 verify() { # name device fio-args...
   n=$1 dev=$2; shift 2
   fio --name=$n --filename=/dev/$dev --direct=1 --ioengine=libaio --iodepth=16 --numjobs=4 \
@@ -42,9 +35,7 @@ verify drive $B --rw=randwrite --bs=4k-128k
 echo "FIO-DRIVE-OK"
 echo "SUMS-BEFORE $(sums)"
 echo "IOTHREAD-READY-FOR-ADD"
-n=0; C=
-while [ "$n" -lt 600 ]; do C=$(lun_dev 2); [ -n "$C" ] && break; sleep 0.5; n=$((n + 1)); done
-[ -n "$C" ] || { echo "NO-NEW-DISK after $n polls"; exit 1; }
+C=$(wait_lun 2) || { echo "NO-NEW-DISK"; exit 1; }
 echo "HOT $(cat /sys/block/$C/size)"
 rmmod hv_storvsc || { echo "RMMOD-FAILED"; exit 1; }
 echo "UNLOADED $(ls /sys/block | grep -c '^sd')"
@@ -95,7 +86,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 4 --mem 1G --timeout 900 --wait-disks 2 --cmd "$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 4 --mem 1G --timeout 900 --wait-disks 2 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -object iothread,id=io0 \
      -drive if=none,id=user,file="$WORK/user.qcow2",format=qcow2 \
      -device hv-storvsc,id=scsi0,iothread=io0 \
