@@ -185,9 +185,11 @@ FILTER='
     next
   }
   state == 1 {
-    if (match($0, /HVSTOR-EXIT-STATUS=[0-9]+$/)) {
+    # The status may share its line with output before it (no newline yet) and with a
+    # kernel message after it (a late printk on the console).
+    if (match($0, /HVSTOR-EXIT-STATUS=[0-9]+/)) {
       if (RSTART > 1) { print substr($0, 1, RSTART - 1); fflush() }
-      print substr($0, RSTART + 19) > (dir "/status"); close(dir "/status")
+      print substr($0, RSTART + 19, RLENGTH - 19) > (dir "/status"); close(dir "/status")
       state = 2; next
     }
     print; fflush()
