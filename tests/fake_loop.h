@@ -1,5 +1,7 @@
-// An event loop on a thread of its own, as the host's (QEMU: an IOThread) would run
-// channels: poll() over the watched fds, one `ready` at a time. Counts the calls it made.
+// An event loop as the host's (QEMU: an IOThread) would run channels: poll() over the watched
+// fds, one `ready` at a time. Either on a thread of its own (FakeLoop::Thread) or driven by the
+// caller's run_ready() (FakeLoop::Caller: a fuzzer interleaves turns with its own steps).
+// Counts the calls it made and the unwatches of handles it never gave or already forgot.
 #pragma once
 
 #include <poll.h>
@@ -22,16 +24,20 @@ namespace hvstor::test {
 
 class FakeLoop final : public vmbus::EventLoop {
 public:
-    FakeLoop() : ctl_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-        thread_ = start_thread("fake-loop", [this] { run(); });
+    enum Driver { Thread, Caller };
+
+    explicit FakeLoop(Driver driver = Thread) : ctl_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+        if (driver == Thread)
+            thread_ = start_thread("fake-loop", [this] {
+                while (!quit_.load()) run_ready(-1);
+            });
     }
     ~FakeLoop() override {
-        {
-            std::lock_guard lock(mu_);
+        if (thread_.joinable()) {
             quit_ = true;
+            poke();
+            thread_.join();
         }
-        poke();
-        thread_.join();
         close(ctl_);
     }
 
@@ -54,11 +60,53 @@ public:
         }
         std::unique_ptr<Watch> gone = std::move(*it);
         watches_.erase(it);
-        // The loop's own thread is never inside this watch's ready here (the contract).
-        if (std::this_thread::get_id() != thread_.get_id())
+        // The contract keeps unwatch out of the watch's own ready, so the running thread is
+        // never waiting here for itself.
+        if (runner_ != std::this_thread::get_id())
             idle_.wait(lock, [&] { return running_ != handle; });
         lock.unlock();
         poke();
+    }
+
+    // Waits up to timeout_ms (-1: for ever, 0: not at all) for a watched fd to be readable, then
+    // runs each readable watch's ready once; whether any ran.
+    bool run_ready(int timeout_ms = 0) {
+        std::vector<pollfd> fds{pollfd{ctl_, POLLIN, 0}};
+        std::vector<const Watch*> polled;
+        {
+            std::lock_guard lock(mu_);
+            for (const auto& w : watches_) {
+                fds.push_back(pollfd{w->fd, POLLIN, 0});
+                polled.push_back(w.get());
+            }
+        }
+        if (poll(fds.data(), fds.size(), timeout_ms) <= 0) return false;
+        uint64_t v;
+        [[maybe_unused]] ssize_t n = read(ctl_, &v, sizeof v);
+        bool ran = false;
+        for (size_t i = 0; i < polled.size(); i++) {
+            if (!(fds[i + 1].revents & POLLIN)) continue;
+            Watch w;
+            {
+                // Unwatched since the poll: no call, the handle may be gone.
+                std::lock_guard lock(mu_);
+                if (std::none_of(watches_.begin(), watches_.end(), [&](const auto& x) { return x.get() == polled[i]; }))
+                    continue;
+                w = *polled[i];
+                running_ = polled[i];
+                runner_ = std::this_thread::get_id();
+            }
+            calls_++;
+            w.ready(w.arg);
+            ran = true;
+            {
+                std::lock_guard lock(mu_);
+                running_ = nullptr;
+                runner_ = {};
+            }
+            idle_.notify_all();
+        }
+        return ran;
     }
 
     bool on_loop_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
@@ -74,50 +122,13 @@ public:
 
 private:
     struct Watch {
-        int fd;
-        void (*ready)(void*);
-        void* arg;
+        int fd = -1;
+        void (*ready)(void*) = nullptr;
+        void* arg = nullptr;
     };
     void poke() {
         const uint64_t one = 1;
         [[maybe_unused]] ssize_t n = write(ctl_, &one, sizeof one);
-    }
-    void run() {
-        std::vector<pollfd> fds;
-        std::vector<Watch*> polled;
-        for (;;) {
-            fds.assign(1, pollfd{ctl_, POLLIN, 0});
-            polled.clear();
-            {
-                std::lock_guard lock(mu_);
-                if (quit_) return;
-                for (auto& w : watches_) {
-                    fds.push_back(pollfd{w->fd, POLLIN, 0});
-                    polled.push_back(w.get());
-                }
-            }
-            poll(fds.data(), fds.size(), -1);
-            uint64_t v;
-            [[maybe_unused]] ssize_t n = read(ctl_, &v, sizeof v);
-            for (size_t i = 0; i < polled.size(); i++) {
-                if (!(fds[i + 1].revents & POLLIN)) continue;
-                Watch* w = polled[i];
-                {
-                    // Unwatched since the poll: no call, the handle may be gone.
-                    std::lock_guard lock(mu_);
-                    if (std::none_of(watches_.begin(), watches_.end(), [&](const auto& x) { return x.get() == w; }))
-                        continue;
-                    running_ = w;
-                }
-                calls_++;
-                w->ready(w->arg);
-                {
-                    std::lock_guard lock(mu_);
-                    running_ = nullptr;
-                }
-                idle_.notify_all();
-            }
-        }
     }
 
     const int ctl_;
@@ -125,8 +136,9 @@ private:
     std::condition_variable idle_;
     std::vector<std::unique_ptr<Watch>> watches_;
     const void* running_ = nullptr;
-    bool quit_ = false;
+    std::thread::id runner_;
     uint64_t bad_unwatches_ = 0;
+    std::atomic<bool> quit_{false};
     std::atomic<uint64_t> calls_{0};
     std::thread thread_;
 };

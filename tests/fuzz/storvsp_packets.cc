@@ -12,14 +12,11 @@
 // an SRB never reports more data than it asked for. Always: closing a channel waits for its
 // requests, and every guest page mapped is unmapped at the end.
 // Flip mode: a thread keeps changing the guest-to-host rings and the data buffers.
-#include <poll.h>
-
 #include <algorithm>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 
 #include "fake_bus.h"
+#include "fake_loop.h"
 #include "guest_rings.h"
 #include "hvstor/backend/backend.h"
 #include "hvstor/scsi/disk.h"
@@ -72,73 +69,6 @@ Flipper::Pick flip_shared(FuzzHost& host) {
     };
 }
 
-// The event loop of mode bit 4 (hv-storvsc's iothread=): run by the fuzzing thread itself, so
-// turns interleave with the guest's records; closer threads unwatch from their side.
-class StepLoop final : public vmbus::EventLoop {
-public:
-    void* watch(int fd, void (*ready)(void*), void* arg) override {
-        std::lock_guard lock(mu_);
-        watches_.push_back(std::make_unique<Watch>(Watch{fd, ready, arg}));
-        return watches_.back().get();
-    }
-    void unwatch(void* handle) override {
-        std::unique_lock lock(mu_);
-        auto it = std::find_if(watches_.begin(), watches_.end(), [&](const auto& w) { return w.get() == handle; });
-        FUZZ_CHECK(it != watches_.end()); // each watch ends once
-        std::unique_ptr<Watch> gone = std::move(*it);
-        watches_.erase(it);
-        idle_.wait(lock, [&] { return running_ != handle; });
-    }
-    // Runs, once, each watch whose fd is readable; whether any ran.
-    bool run_ready() {
-        std::vector<pollfd> fds;
-        std::vector<const Watch*> polled;
-        {
-            std::lock_guard lock(mu_);
-            for (const auto& w : watches_) {
-                fds.push_back(pollfd{w->fd, POLLIN, 0});
-                polled.push_back(w.get());
-            }
-        }
-        if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return false;
-        bool ran = false;
-        for (size_t i = 0; i < fds.size(); i++) {
-            if (!(fds[i].revents & POLLIN)) continue;
-            Watch w;
-            {
-                std::lock_guard lock(mu_);
-                auto it = std::find_if(watches_.begin(), watches_.end(), [&](const auto& x) { return x.get() == polled[i]; });
-                if (it == watches_.end()) continue; // unwatched since the poll
-                w = **it;
-                running_ = polled[i];
-            }
-            w.ready(w.arg);
-            ran = true;
-            {
-                std::lock_guard lock(mu_);
-                running_ = nullptr;
-            }
-            idle_.notify_all();
-        }
-        return ran;
-    }
-    size_t watching() {
-        std::lock_guard lock(mu_);
-        return watches_.size();
-    }
-
-private:
-    struct Watch {
-        int fd = -1;
-        void (*ready)(void*) = nullptr;
-        void* arg = nullptr;
-    };
-    std::mutex mu_;
-    std::condition_variable idle_;
-    std::vector<std::unique_ptr<Watch>> watches_;
-    const void* running_ = nullptr;
-};
-
 struct Expect {
     bool srb = false;
     uint32_t len = 0;
@@ -168,7 +98,7 @@ public:
         cfg.max_outstanding_per_channel = 8;
         cfg.max_protocol_version = kVersions[(mode >> 2) & 3];
         if (mode & 16) {
-            loop_ = std::make_unique<StepLoop>();
+            loop_ = std::make_unique<test::FakeLoop>(test::FakeLoop::Caller);
             cfg.loops = {loop_.get()};
         }
         ctl_ = std::make_unique<Controller>(host_, bus_, vmbus::Guid{}, cfg);
@@ -188,7 +118,10 @@ public:
         settle();
         if (chans_[0].open) bus_.close(chans_[0].g.relid); // takes the subchannels along
         ctl_.reset();
-        if (loop_) FUZZ_CHECK(loop_->watching() == 0); // every channel let go of the loop
+        if (loop_) {
+            FUZZ_CHECK(loop_->watching() == 0);      // every channel let go of the loop
+            FUZZ_CHECK(loop_->bad_unwatches() == 0); // each watch ended once
+        }
         disks_[0].reset();
         disks_[1].reset();
         ram_.reset();
@@ -500,7 +433,7 @@ private:
     FuzzHost host_{kRam, kHoleStart, kHoleEnd};
     test::LoopbackBus bus_;
     std::unique_ptr<backend::Backend> ram_, null_;
-    std::unique_ptr<StepLoop> loop_; // outlives the controller
+    std::unique_ptr<test::FakeLoop> loop_; // outlives the controller
     std::unique_ptr<Controller> ctl_;
     std::unique_ptr<scsi::Disk> disks_[2];
     Chan chans_[kMaxChannels];
