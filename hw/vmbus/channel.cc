@@ -238,9 +238,9 @@ bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
     return did;
 }
 
-ChannelRuntime::After ChannelRuntime::work(uint32_t rounds) {
+ChannelRuntime::After ChannelRuntime::work(std::optional<uint32_t> rounds) {
     while (!stopping_) {
-        if (rounds-- == 0) return After::Yield;
+        if (rounds && (*rounds)-- == 0) return After::Yield;
         stats_.wakeups++;
         rerun_ = false;
         pump();
@@ -264,9 +264,7 @@ void ChannelRuntime::run() {
     RoundScope scope(this);
     in_.set_interrupt_mask(true);
     for (;;) {
-        const After after = work(UINT32_MAX);
-        if (after == After::Stopping) break;
-        if (after == After::Yield) continue; // 2^32 rounds without a pause: on we go
+        if (work(std::nullopt) == After::Stopping) break; // no budget: never Yield
         owner_.store(kIdle, std::memory_order_release);
         pollfd p{efd_, POLLIN, 0};
         poll(&p, 1, -1);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -126,9 +127,10 @@ private:
     static void loop_ready(void* self);
     void turn();
     // The worker's rounds, holding the channel with the ring masked, until the channel is
-    // idle (the ring unmasked and nothing to take), stopping, or `rounds` ran.
+    // idle (the ring unmasked and nothing to take), stopping, or `rounds` ran (without a
+    // budget, as the thread mode runs it, never Yield).
     enum class After { Idle, Stopping, Yield };
-    After work(uint32_t rounds);
+    After work(std::optional<uint32_t> rounds);
     // One round: at most `budget` incoming packets; returns true if it took any. An inline
     // round asks the handler before taking each packet (takes_inline).
     bool pump(uint32_t budget = UINT32_MAX, bool inline_round = false);
