@@ -53,12 +53,11 @@ void check_controller_config(const storvsp::ControllerConfig& cfg) {
 
 namespace {
 
-storvsp::ControllerConfig with_loops(storvsp::ControllerConfig cfg,
+// A controller's channels turn in the loops it owns, and only in those.
+storvsp::ControllerConfig turning_in(storvsp::ControllerConfig cfg,
                                      const std::vector<std::unique_ptr<vmbus::EventLoop>>& loops) {
-    if (!loops.empty()) {
-        cfg.loops.clear();
-        for (const auto& l : loops) cfg.loops.push_back(l.get());
-    }
+    cfg.loops.clear();
+    for (const auto& l : loops) cfg.loops.push_back(l.get());
     return cfg;
 }
 
@@ -69,7 +68,7 @@ ScsiController::ScsiController(Machine& machine, const vmbus::Guid& instance, st
     : machine_(machine), loops_(std::move(loops)),
       // The one place a controller is built: it is wired to the machine's bus here.
       ctl_(std::make_unique<storvsp::Controller>(machine.host(), machine.server(), instance,
-                                                 checked(with_loops(std::move(cfg), loops_)))) {
+                                                 checked(turning_in(std::move(cfg), loops_)))) {
     std::string err;
     if (!ctl_->start(err)) throw std::runtime_error(err);
 }

@@ -50,8 +50,8 @@ class Machine;
 class ScsiController {
 public:
     // Throws ConfigError for settings out of range, std::runtime_error when the offer fails.
-    // With `loops`, the channels turn in them (cfg.loops is set from them; they live as long
-    // as the controller).
+    // With `loops`, the channels turn in them, without, in threads of their own: cfg.loops
+    // is set from them (they live as long as the controller).
     ScsiController(Machine& machine, const vmbus::Guid& instance, storvsp::ControllerConfig cfg,
                    std::vector<std::unique_ptr<vmbus::EventLoop>> loops = {});
     ~ScsiController();
