@@ -47,7 +47,7 @@ echo "FIO-USER-OK"
 blkdiscard -o 0 -l 1048576 /dev/$B && echo "DISCARD-OK"
 echo "OVERLAY-SUM $(sha256sum /dev/$A | cut -d' ' -f1)"
 echo "DRIVE-READY-FOR-ADD"
-D=$(wait_lun 3) || { echo "NO-NEW-DISK"; exit 1; }
+D=$(wait_lun 3)
 echo "HOT $(cat /sys/block/$D/size)"
 verify hot $D --rw=randwrite --bs=4k-64k --size=16M
 echo "FIO-HOT-OK"

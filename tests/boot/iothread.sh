@@ -35,7 +35,7 @@ verify drive $B --rw=randwrite --bs=4k-128k
 echo "FIO-DRIVE-OK"
 echo "SUMS-BEFORE $(sums)"
 echo "IOTHREAD-READY-FOR-ADD"
-C=$(wait_lun 2) || { echo "NO-NEW-DISK"; exit 1; }
+C=$(wait_lun 2)
 echo "HOT $(cat /sys/block/$C/size)"
 rmmod hv_storvsc || { echo "RMMOD-FAILED"; exit 1; }
 echo "UNLOADED $(ls /sys/block | grep -c '^sd')"
