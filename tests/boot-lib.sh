@@ -60,12 +60,17 @@ finish() {
   exit 0
 }
 
-# Shell functions for guest commands that find disks by LUN; put them before the command
+# Shell functions for guest commands that wait for disks; put them before the command
 # (--cmd "$GUEST_LUN_HELPERS$GUEST_CMD").
+#   wait_for WHAT CMD...  runs CMD every 0.5 s until it succeeds. It has no bound of its
+#                own: the boot timeout is the test's only clock. Every 30 s it says on
+#                stderr (the console) that it is still waiting for WHAT, so a timed-out run
+#                shows what for.
 #   lun_dev N    the sdX of LUN N on the guest's SCSI hosts, if there is one
-#   wait_lun N   waits for LUN N to appear, prints its sdX. It has no bound of its own: the
-#                boot timeout is the test's only clock. Every 30 s it says on stderr (the
-#                console) that it is still waiting, so a timed-out run shows what for.
+#   wait_lun N   waits for LUN N to appear (wait_for), prints its sdX
+#   disks        how many sd disks the guest has; has_disks N: at least N (for wait_for)
+#   (CMD's arguments are expanded once, by the caller: put a $(...) that must be read again
+#   each time in a function.)
 read -r -d '' GUEST_LUN_HELPERS <<'SH' || true
 lun_dev() {
   for d in /sys/block/sd*; do
@@ -74,14 +79,18 @@ lun_dev() {
     [ "${a##*:}" = "$1" ] && basename "$d"
   done
 }
-wait_lun() {
-  n=0
-  while :; do
-    d=$(lun_dev "$1"); [ -n "$d" ] && { echo "$d"; return 0; }
-    sleep 0.5; n=$((n + 1))
-    [ $((n % 60)) -eq 0 ] && echo "still waiting for LUN $1 ($((n / 2)) s)" >&2
+wait_for() {
+  _wf_what=$1; shift; _wf_n=0
+  until "$@"; do
+    sleep 0.5; _wf_n=$((_wf_n + 1))
+    [ $((_wf_n % 60)) -eq 0 ] && echo "still waiting for $_wf_what ($((_wf_n / 2)) s)" >&2
   done
+  return 0
 }
+lun_present() { [ -n "$(lun_dev "$1")" ]; }
+wait_lun() { wait_for "LUN $1" lun_present "$1"; lun_dev "$1"; }
+disks() { ls /sys/block | grep -c '^sd'; }
+has_disks() { [ "$(disks)" -ge "$1" ]; }
 SH
 GUEST_LUN_HELPERS+=$'\n'
 

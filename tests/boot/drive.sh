@@ -52,16 +52,12 @@ echo "HOT $(cat /sys/block/$D/size)"
 verify hot $D --rw=randwrite --bs=4k-64k --size=16M
 echo "FIO-HOT-OK"
 echo "DRIVE-READY-FOR-DEL"
-n=0
-while [ "$n" -lt 600 ] && [ -e "/sys/block/$D" ]; do sleep 0.5; n=$((n + 1)); done
-[ ! -e "/sys/block/$D" ] || { echo "STILL-THERE $D after $n polls"; exit 1; }
+wait_for "$D to go" [ ! -e "/sys/block/$D" ]
 echo "GONE $D"
 echo "DRIVE-READY-FOR-RESIZE"
-n=0
-while [ "$n" -lt 600 ] && [ "$(cat /sys/block/$B/size)" = 262144 ]; do
-  dd if=/dev/$B of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null
-  sleep 0.5; n=$((n + 1))
-done
+# Each read gets the UNIT ATTENTION that makes the guest read the capacity again.
+grown() { dd if=/dev/$B of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null; [ "$(cat /sys/block/$B/size)" != 262144 ]; }
+wait_for "$B to grow" grown
 echo "RESIZED $(cat /sys/block/$B/size)"
 verify grown $B --rw=randwrite --bs=4k-64k --offset=128M --size=64M
 echo "FIO-GROWN-OK"

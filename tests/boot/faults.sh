@@ -13,10 +13,7 @@ SOCK=$WORK/qmp.sock
 CONSOLE=$WORK/console.log
 
 read -r -d '' GUEST_CMD <<'SH'
-wait_disks() {
-  n=0
-  while [ "$n" -lt 1200 ] && [ "$(ls /sys/block | grep -c '^sd')" -lt "$1" ]; do sleep 0.25; n=$((n + 1)); done
-}
+wait_disks() { wait_for "$1 disks" has_disks "$1"; }
 D=sda
 dd if=/dev/$D of=/dev/null bs=4096 skip=256 count=1 iflag=direct 2>/dev/null \
   && echo "MEDIUM-READ-SUCCEEDED" || echo "MEDIUM-READ-FAILED"
@@ -94,7 +91,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 600 --wait-disks 1 --cmd "$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --timeout 600 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M,fault=error=medium,,ops=read,,lba=2048-2055
 

@@ -6,8 +6,8 @@
 # it is done, and the guest's write ends. Guest lines are matched from their start only: a
 # kernel message (the removed LUN's failed SYNCHRONIZE CACHE) may run on at their end. The host
 # and the guest take turns through markers on the console; every wait ends when its event
-# comes or QEMU ends (the guest bounds its polls by count), so the only clock is the boot
-# timeout.
+# comes or QEMU ends (the guest's waits have no bound of their own: boot-lib.sh's
+# wait_for), so the only clock is the boot timeout.
 . "$(dirname "$0")/../boot-lib.sh"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK" "$OUT"' EXIT
@@ -26,9 +26,7 @@ fio --name=hot --filename=/dev/$B --direct=1 --ioengine=libaio --iodepth=8 --rw=
 grep -E "err=|WRITE:" /tmp/fio.out
 echo "FIO-OK"
 echo "HOTPLUG-READY-FOR-DEL"
-n=0
-while [ "$n" -lt 600 ] && [ -e "/sys/block/$B" ]; do sleep 0.5; n=$((n + 1)); done
-[ ! -e "/sys/block/$B" ] || { echo "STILL-THERE $B after $n polls"; exit 1; }
+wait_for "$B to go" [ ! -e "/sys/block/$B" ]
 echo "GONE $B"
 dd if=/dev/zero of=/dev/$A bs=64k count=16 oflag=direct 2>/dev/null && echo "FIRST-STILL-WRITABLE"
 echo "LEFT $(ls /sys/block | grep '^sd' | tr '\n' ' ')"
@@ -43,9 +41,8 @@ echo "WRITE-IN-FLIGHT $C $2"
 echo "HOTPLUG-READY-FOR-SLOW-DEL"
 wait $DD
 echo "SLOW-WRITE-ENDED rc=$?"
-n=0
-while [ "$n" -lt 600 ] && [ -e "/sys/block/$C" ]; do sleep 0.5; n=$((n + 1)); done
-[ ! -e "/sys/block/$C" ] && echo "SLOW-GONE $C"
+wait_for "$C to go" [ ! -e "/sys/block/$C" ]
+echo "SLOW-GONE $C"
 SH
 
 # The host's side: waits for the guest's markers on the console, drives QMP, prints what

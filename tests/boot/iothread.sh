@@ -40,8 +40,7 @@ echo "HOT $(cat /sys/block/$C/size)"
 rmmod hv_storvsc || { echo "RMMOD-FAILED"; exit 1; }
 echo "UNLOADED $(ls /sys/block | grep -c '^sd')"
 modprobe hv_storvsc || { echo "MODPROBE-FAILED"; exit 1; }
-n=0
-while [ "$n" -lt 600 ] && { [ -z "$(lun_dev 0)" ] || [ -z "$(lun_dev 1)" ]; }; do sleep 0.5; n=$((n + 1)); done
+wait_lun 0 >/dev/null; wait_lun 1 >/dev/null
 echo "RELOADED $(ls -d /sys/bus/vmbus/devices/*/channels/*/ | wc -l)"
 echo "SUMS-AFTER $(sums)"
 verify again $(lun_dev 1) --rw=write --bs=256k --size=16M --offset_increment=16M

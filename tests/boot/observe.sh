@@ -21,9 +21,8 @@ fio --name=obs --filename=/dev/$D --direct=1 --ioengine=libaio --iodepth=4 --rw=
 echo "FIO-OK"
 echo "OBSERVE-READY-FOR-STATS"
 # The host answers by plugging a second disk once it has read the statistics.
-n=0
-while [ "$n" -lt 600 ] && [ "$(ls /sys/block | grep -c '^sd')" -lt 2 ]; do sleep 0.5; n=$((n + 1)); done
-echo "RESUMED after $n polls"
+wait_for "the host's second disk" has_disks 2
+echo "RESUMED with $(disks) disks"
 SH
 
 # The host's side: reads both statistics once the guest's I/O is done, and lets it finish.
@@ -56,7 +55,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 4 --timeout 600 --wait-disks 1 --cmd "$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 4 --timeout 600 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -trace 'hvstor_*' -D "$TRACE" \
      -device hv-storvsc,id=scsi0 \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M
@@ -91,6 +90,6 @@ check "stats: the controller and the bus agree on 4 open channels" has '^host: O
 check "stats: every SRB answered" has '^host: ANSWERED all$'
 check "stats: guest signals ran rounds on their vCPU threads (inline rounds)" has '^host: INLINE-ROUNDS [1-9][0-9]*$'
 check "stats: the bus negotiated 5.3 and holds the ring GPADLs" has '^host: BUS-VERSION 5.3 GPADLS [4-9]'
-check "the guest resumed when the host plugged the second disk" has '^RESUMED after'
+check "the guest resumed when the host plugged the second disk" has '^RESUMED with 2 disks'
 grep -E '^(CHANNELS|host: (CHANNELS-WITH|OPEN|ANSWERED|BUS-VERSION|SRBS|INLINE))' "$OUT" | sed 's/^/  /'
 finish

@@ -71,8 +71,7 @@ echo "READ-ACROSS-NEW-END $? $(wc -c </tmp/past) bytes"
 echo "PHASE3-DONE"
 dmesg | grep -E 'capacity change from 262144|srb 0x84' | sed 's/^/DMESG3 /'
 # Idle until the host has counted every request (it then plugs a second disk).
-n=0
-while [ "$n" -lt 1200 ] && [ "$(ls /sys/block | grep -c '^sd')" -lt 2 ]; do sleep 0.25; n=$((n + 1)); done
+wait_for "the host's second disk" has_disks 2
 SH
 
 read -r -d '' HOST_SIDE <<'PY'
@@ -133,7 +132,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$IMAGE" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 600 --wait-disks 1 --cmd "$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --timeout 600 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 -device hv-disk,id=d0,bus=scsi0.0,lun=0,file="$IMAGE" \
      ${HVSTOR_TRACE_LOG:+-trace "hvstor_storvsp_srb_*" -D "$HVSTOR_TRACE_LOG"}
 
