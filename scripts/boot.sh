@@ -15,7 +15,8 @@
 #   --timeout     seconds before QEMU is killed (default 120; interactive: none)
 #   --log         keep the whole serial console log in FILE
 #   --append      more kernel command line arguments
-#   --wait-disks  in the guest, wait (up to 60 s) until N SCSI disks exist before the command
+#   --wait-disks  in the guest, wait until N SCSI disks exist before the command (no bound
+#                 of its own: --timeout is the clock; the console says every 30 s what it has)
 #   --ko          a module built for the guest kernel (scripts/build-module.sh) that replaces
 #                 the stock one of the same name (repeatable; see guest-assets.sh)
 #   --results     results channel: a second serial port (guest /dev/ttyS1) backed by a file;
