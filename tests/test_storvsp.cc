@@ -926,6 +926,56 @@ TEST_F(StorvspTest, ChannelsTurnInTheirEventLoops) {
     EXPECT_EQ(l0.bad_unwatches() + l1.bad_unwatches(), 0u);
 }
 
+// A subchannel asked for while the one before it still closes gets a fresh queue past
+// max_subchannels (index 2 here, with one subchannel); it turns in the loop of the place it
+// takes (1), not in loop 2 mod 2 = 0, the primary's.
+TEST_F(StorvspTest, QueueStandingInForAClosingOneTurnsInThatPlacesLoop) {
+    constexpr uint64_t kRings2 = 0x700000, kSubRings2 = 0x780000;
+    hvstor::test::FakeLoop l0, l1;
+    struct ControllerFirst {
+        std::unique_ptr<Controller>& c;
+        ~ControllerFirst() { c.reset(); }
+    } first{ctl};
+    ControllerConfig cfg;
+    cfg.max_subchannels = 1;
+    cfg.inline_rounds = false; // every round is the worker's: a turn
+    cfg.loops = {&l0, &l1};
+    build(cfg);
+    EXPECT_EQ(queue_place(cfg, 0), 0u);
+    EXPECT_EQ(queue_place(cfg, 1), 1u);
+    EXPECT_EQ(queue_place(cfg, 2), 1u);
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    auto sc = open_subchannel(c, kSubRings, 0x200);
+    ASSERT_TRUE(sc);
+    for (int i = 0; i < 2; i++) guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096);
+    while (gated.held_count() < 2) std::this_thread::yield();
+    guest.close(*sc); // waits for the 2 held requests
+    guest.close(c);
+    ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
+    release_relid(sc->relid);
+    tear_down_gpadl(0x100);
+    ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown)) << "primary closed";
+    auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
+    ASSERT_TRUE(c2);
+    ASSERT_TRUE(guest.handshake(*c2));
+    auto sc2 = open_subchannel(*c2, kSubRings2, 0x201);
+    ASSERT_TRUE(sc2);
+    ASSERT_EQ(ctl->stats().channels.size(), 3u) << "the new subchannel has a queue of its own";
+    const uint64_t l0_before = l0.calls(), l1_before = l1.calls();
+    ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc2));
+    EXPECT_GT(l1.calls(), l1_before) << "the new subchannel turns in its place's loop";
+    EXPECT_EQ(l0.calls(), l0_before) << "the primary's loop ran the new subchannel";
+    guest.close(*sc2);
+    gated.release_all();
+    tear_down_gpadl(0x200);
+    ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
+    ctl.reset();
+    EXPECT_EQ(l0.watching() + l1.watching(), 0u);
+    EXPECT_EQ(l0.bad_unwatches() + l1.bad_unwatches(), 0u);
+}
+
 TEST_F(StorvspTest, InlineRoundsOffLeavesEveryRoundToTheWorker) {
     ControllerConfig cfg;
     cfg.inline_rounds = false;

@@ -18,6 +18,11 @@ uint64_t max_queues(const ControllerConfig& cfg) {
     return 2 * uint64_t{cfg.max_subchannels} + 1;
 }
 
+uint16_t queue_place(const ControllerConfig& cfg, uint16_t index) {
+    const uint16_t m = cfg.max_subchannels;
+    return index <= m || m == 0 ? index : uint16_t((index - 1) % m + 1);
+}
+
 bool validate(const ControllerConfig& cfg, std::string& err) {
     if (cfg.max_transfer_bytes < kPageSize || cfg.max_transfer_bytes > 8u << 20 || cfg.max_transfer_bytes % kPageSize)
         err = "max-transfer must be a multiple of 4096 between 4 KiB and 8 MiB, not " +

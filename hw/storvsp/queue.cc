@@ -75,7 +75,7 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     vmbus::ChannelRuntime::Options opt;
     opt.inline_rounds = ctl_.cfg_.inline_rounds;
     const auto& loops = ctl_.cfg_.loops;
-    if (!loops.empty()) opt.loop = loops[index_ % loops.size()];
+    if (!loops.empty()) opt.loop = loops[queue_place(ctl_.cfg_, index_) % loops.size()];
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);
     return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
 }

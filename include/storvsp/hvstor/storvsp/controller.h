@@ -36,9 +36,10 @@ struct ControllerConfig {
     bool inline_rounds = true;
     // How guest-error lines name the controller ("hv-storvsc scsi0").
     std::string name = "storvsp";
-    // Where the channels' workers run: empty, a thread per open channel; else channel i
-    // (0: the primary) turns in loops[i % loops.size()] (QEMU: iothread=). The loops
-    // outlive the controller.
+    // Where the channels' workers run: empty, a thread per open channel; else the channel
+    // at place p (queue_place: 0 the primary, k subchannel k) turns in loops[p %
+    // loops.size()] (QEMU: iothread=, iothread-vq-mapping=). The loops outlive the
+    // controller.
     std::vector<vmbus::EventLoop*> loops{};
 };
 
@@ -49,6 +50,10 @@ constexpr uint64_t kMaxPreallocatedBytes = 1024ull << 20;
 uint64_t preallocated_bytes(const ControllerConfig& cfg);
 // The most queues (channel objects with their request pools) a controller ever holds.
 uint64_t max_queues(const ControllerConfig& cfg);
+// The place of queue `index` among the primary (0) and the max_subchannels subchannels
+// (1..max): its own index, or, for a queue made while the one it stands in for still closes
+// (indexes past max_subchannels), the place it takes, (index - 1) mod max + 1.
+uint16_t queue_place(const ControllerConfig& cfg, uint16_t index);
 // False with a message naming the setting when a value is out of range or the product
 // above exceeds kMaxPreallocatedBytes. Controller::start() refuses such a configuration.
 bool validate(const ControllerConfig& cfg, std::string& err);
