@@ -5,6 +5,8 @@
  *
  *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES][,inline-rounds=off]
  *          [,iothread=IOTHREAD]
+ *   -device '{"driver":"hv-storvsc","id":"scsi0","iothread-vq-mapping":[{"iothread":"io0"},
+ *             {"iothread":"io1"}]}'
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
  *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...]
  *   -device hv-disk,bus=scsi0.0,lun=2,drive=DRIVE[,iothread=IOTHREAD]
@@ -16,6 +18,9 @@
  * iothread= on the controller runs its channels' workers in that IOThread's AioContext
  * instead of a thread per channel: a turn each time the channel's eventfd fires. A drive=
  * disk in the same IOThread then takes its requests in the thread that parsed them.
+ * iothread-vq-mapping= spreads the channels over several IOThreads as it spreads
+ * virtio-blk's queues: its "vqs" are channel indexes (0 the primary, k subchannel k), and
+ * without them channel i goes to the (i mod n)th IOThread of the list.
  *
  * Disks can be added and removed while the guest runs (QMP device_add and
  * device_del of hv-disk); the guest is told to rescan its bus each time.
@@ -44,6 +49,7 @@
 #include "hw/qdev-core.h"
 #include "hw/qdev-properties.h"
 #include "hw/qdev-properties-system.h"
+#include "hw/virtio/iothread-vq-mapping.h"
 #include "hvstor-drive.h"
 #include "hvstor-vmbus.h"
 
@@ -69,7 +75,7 @@ struct HvStorvsc {
     uint32_t max_outstanding;
     bool inline_rounds;
     IOThread *iothread;    /* iothread=: where the channels' workers turn */
-    HvstorEventLoop loop;  /* over its AioContext */
+    IOThreadVirtQueueMappingList *iothread_vq_mapping;  /* or spread over these */
     HvstorController *ctl;
 };
 
@@ -160,6 +166,56 @@ static void hv_loop_unwatch(void *opaque, void *handle)
     g_free(w);
 }
 
+/*
+ * The event loop of each channel place (the primary and cfg->max_subchannels; a subchannel
+ * opened while the one before it still closes takes that one's place, storvsp's
+ * queue_place), from iothread= or iothread-vq-mapping= (which then holds its IOThreads
+ * until iothread_vq_mapping_cleanup); *loops is NULL without either: the channels have
+ * threads of their own. The controller copies the array.
+ */
+static bool hv_storvsc_loops(HvStorvsc *s, HvstorControllerConfig *cfg,
+                             HvstorEventLoop **loops, Error **errp)
+{
+    g_autofree AioContext **ctx = NULL;
+    Error *local_err = NULL;
+    uint16_t n;
+
+    *loops = NULL;
+    if (!s->iothread && !s->iothread_vq_mapping) {
+        return true;
+    }
+    if (cfg->max_subchannels > 256) {
+        return true; /* hvstor_controller_new refuses it, naming max-subchannels */
+    }
+    if (s->iothread && s->iothread_vq_mapping) {
+        error_setg(errp, "hv-storvsc: iothread= and iothread-vq-mapping= cannot both be set");
+        return false;
+    }
+    n = 1 + cfg->max_subchannels;
+    ctx = g_new0(AioContext *, n);
+    if (s->iothread_vq_mapping) {
+        if (!iothread_vq_mapping_apply(s->iothread_vq_mapping, ctx, n, &local_err)) {
+            error_propagate_prepend(errp, local_err,
+                                    "hv-storvsc: iothread-vq-mapping (vq N is channel N, "
+                                    "%u channels): ", n);
+            return false;
+        }
+    } else {
+        for (uint16_t i = 0; i < n; i++) {
+            ctx[i] = iothread_get_aio_context(s->iothread);
+        }
+    }
+    *loops = g_new0(HvstorEventLoop, n);
+    for (uint16_t i = 0; i < n; i++) {
+        (*loops)[i].opaque = ctx[i];
+        (*loops)[i].watch = hv_loop_watch;
+        (*loops)[i].unwatch = hv_loop_unwatch;
+    }
+    cfg->loops = *loops;
+    cfg->nr_loops = n;
+    return true;
+}
+
 static void hv_storvsc_realize(DeviceState *dev, Error **errp)
 {
     HvStorvsc *s = HV_STORVSC(dev);
@@ -170,6 +226,7 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     QemuUUID le;
     char *err = NULL;
     g_autofree char *name = NULL;
+    g_autofree HvstorEventLoop *loops = NULL;
 
     if (!vb) {
         return;
@@ -195,12 +252,8 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     cfg.max_transfer_bytes = s->max_transfer;
     cfg.max_outstanding = s->max_outstanding;
     cfg.worker_only = !s->inline_rounds;
-    if (s->iothread) {
-        s->loop.opaque = iothread_get_aio_context(s->iothread);
-        s->loop.watch = hv_loop_watch;
-        s->loop.unwatch = hv_loop_unwatch;
-        cfg.loops = &s->loop;
-        cfg.nr_loops = 1;
+    if (!hv_storvsc_loops(s, &cfg, &loops, errp)) {
+        return;
     }
     name = dev->id ? g_strdup_printf("hv-storvsc %s", dev->id)
                    : g_strdup_printf("hv-storvsc #%u", controller_count - 1);
@@ -209,6 +262,9 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     if (!s->ctl) {
         error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
         free(err);
+        if (loops && s->iothread_vq_mapping) {
+            iothread_vq_mapping_cleanup(s->iothread_vq_mapping);
+        }
         return;
     }
     qbus_init(&s->bus, sizeof(s->bus), TYPE_HV_SCSI_BUS, dev, NULL);
@@ -224,6 +280,7 @@ static const Property hv_storvsc_props[] = {
     DEFINE_PROP_UINT32("outstanding", HvStorvsc, max_outstanding, 256),
     DEFINE_PROP_BOOL("inline-rounds", HvStorvsc, inline_rounds, true),
     DEFINE_PROP_LINK("iothread", HvStorvsc, iothread, TYPE_IOTHREAD, IOThread *),
+    DEFINE_PROP_IOTHREAD_VQ_MAPPING_LIST("iothread-vq-mapping", HvStorvsc, iothread_vq_mapping),
 };
 
 /* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */

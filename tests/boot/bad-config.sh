@@ -21,6 +21,16 @@ expect_refusal "drive= takes the place of file= and backend=" -drive if=none,id=
   -device hv-storvsc,id=s -device hv-disk,bus=s.0,drive=d,backend=null,size=1M
 expect_refusal "iothread= goes with drive=" -object iothread,id=io0 \
   -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=null,size=1M,iothread=io0
+expect_refusal "iothread= and iothread-vq-mapping= cannot both be set" -object iothread,id=io0 \
+  -device '{"driver":"hv-storvsc","iothread":"io0","iothread-vq-mapping":[{"iothread":"io0"}]}'
+expect_refusal 'iothread-vq-mapping \(vq N is channel N, 3 channels\): IOThread "nosuch" object does not exist' \
+  -device '{"driver":"hv-storvsc","max-subchannels":2,"iothread-vq-mapping":[{"iothread":"nosuch"}]}'
+expect_refusal "missing vq 2 IOThread assignment" -object iothread,id=io0 -object iothread,id=io1 \
+  -device '{"driver":"hv-storvsc","max-subchannels":2,"iothread-vq-mapping":[{"iothread":"io0","vqs":[0]},{"iothread":"io1","vqs":[1]}]}'
+expect_refusal "max-subchannels must be at most 256, not 300" -object iothread,id=io0 \
+  -device '{"driver":"hv-storvsc","max-subchannels":300,"iothread-vq-mapping":[{"iothread":"io0"}]}'
+expect_refusal "vq index 3 .* must be less than num_queues 3" -object iothread,id=io0 \
+  -device '{"driver":"hv-storvsc","max-subchannels":2,"iothread-vq-mapping":[{"iothread":"io0","vqs":[0,1,2,3]}]}'
 expect_refusal "Property 'hv-disk.drive' can't find value 'nosuch'" \
   -device hv-storvsc,id=s -device hv-disk,bus=s.0,drive=nosuch
 expect_refusal "lun 2 is already in use" -device hv-storvsc,id=s \

@@ -128,8 +128,10 @@ typedef struct HvstorControllerConfig {
     uint8_t worker_only;          /* 1: every ring round on the channel's worker, none on
                                      the signalling vCPU thread (inline-rounds=off) */
     /*
-     * Where the channels' workers run. NULL: a thread per open channel. Else channel i
-     * (0: the primary) turns in loops[i % nr_loops] (1 to 257 of them; QEMU: iothread=).
+     * Where the channels' workers run. NULL: a thread per open channel. Else the channel
+     * at place p (0: the primary, k: subchannel k; one opened while the subchannel at its
+     * place still closes takes that place) turns in loops[p % nr_loops] (1 to 257 of them;
+     * QEMU: one per place, from iothread= or iothread-vq-mapping=).
      * The structs are copied; each loop's opaque outlives the controller.
      */
     const HvstorEventLoop *loops;
