@@ -22,9 +22,7 @@ i=1
 while [ \$i -le 100 ]; do
   rmmod hv_storvsc || { echo "RMMOD-FAILED \$i"; exit 1; }
   modprobe hv_storvsc || { echo "MODPROBE-FAILED \$i"; exit 1; }
-  n=0
-  while [ ! -b /dev/sda ] && [ \$n -lt 2000 ]; do sleep 0.05; n=\$((n + 1)); done
-  [ -b /dev/sda ] || { echo "NO-DISK-AFTER-LOAD \$i"; exit 1; }
+  wait_for "/dev/sda after load \$i" [ -b /dev/sda ]
   dd if=/tmp/pattern of=/dev/sda bs=65536 seek=\$i count=1 oflag=direct 2>/dev/null \\
     && dd if=/dev/sda of=/tmp/back bs=65536 skip=\$i count=1 iflag=direct 2>/dev/null \\
     && cmp -s /tmp/pattern /tmp/back || { echo "IO-FAILED \$i"; exit 1; }
@@ -65,7 +63,7 @@ PY
 
 FAULT="stall=hold,ops=write,lba=$PAUSE_LBA-$((PAUSE_LBA + 7))"
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$FAULT" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 900 --wait-disks 1 --cmd "$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --timeout 900 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
      -device "hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M,fault=${FAULT//,/,,}"
 
