@@ -22,7 +22,11 @@ boot_guest() {
 #   (the first argument is the test script's directory, tests/boot, where qmp.py is).
 #   If the host side fails, the boot is ended (a client that gave up leaves the guest waiting
 #   for it; QEMU goes with the boot). Then waits for the boot and appends the host side's
-#   output to $OUT, each line prefixed "host: ". Sets HOST_RC and BOOT_RC to their statuses.
+#   output to $OUT, each line prefixed "host: ", and after a failed host side the console's
+#   last 40 lines ("console: "). Sets HOST_RC and BOOT_RC to their statuses.
+#   The guest powers off when its command ends, and QEMU with it: a guest command must not
+#   end before the host side's last QMP step, so its last line waits for something that step
+#   does (a disk the host plugs last, say).
 boot_with_host_side() {
   local program=$1 sock=$2 console=$3 host_args=() host_out boot_pid
   shift 3
@@ -41,6 +45,10 @@ boot_with_host_side() {
   wait "$boot_pid" || BOOT_RC=$?
   sed 's/^/host: /' "$host_out" >>"$OUT"
   rm -f "$host_out"
+  # The boot was ended with its output: keep what the guest got to (did it end, or QEMU?).
+  if [ "$HOST_RC" != 0 ] && [ -f "$console" ]; then
+    tail -n 40 "$console" | tr -d '\r' | sed 's/^/console: /' >>"$OUT"
+  fi
 }
 
 check() { # description, then a command that must succeed
@@ -67,7 +75,8 @@ finish() {
 #                stderr (the console) that it is still waiting for WHAT, so a timed-out run
 #                shows what for.
 #   lun_dev N    the sdX of LUN N on the guest's SCSI hosts, if there is one
-#   wait_lun N   waits for LUN N to appear (wait_for), prints its sdX
+#   wait_lun N   waits for LUN N to appear (wait_for), prints its sdX; lun_present N and
+#                lun_gone N for wait_for
 #   disks        how many sd disks the guest has; has_disks N: at least N (for wait_for)
 #   (CMD's arguments are expanded once, by the caller: put a $(...) that must be read again
 #   each time in a function.)
@@ -88,6 +97,7 @@ wait_for() {
   return 0
 }
 lun_present() { [ -n "$(lun_dev "$1")" ]; }
+lun_gone() { [ -z "$(lun_dev "$1")" ]; }
 wait_lun() { wait_for "LUN $1" lun_present "$1"; lun_dev "$1"; }
 disks() { ls /sys/block | grep -c '^sd'; }
 has_disks() { [ "$(disks)" -ge "$1" ]; }

@@ -62,6 +62,7 @@ echo "RESIZED $(cat /sys/block/$B/size)"
 verify grown $B --rw=randwrite --bs=4k-64k --offset=128M --size=64M
 echo "FIO-GROWN-OK"
 echo "USER-SUM $(sha256sum /dev/$B | cut -d' ' -f1)"
+wait_lun 4 >/dev/null # the host's last step: the guest must not end before it
 SH
 
 read -r -d '' HOST_SIDE <<'PY'
@@ -100,6 +101,8 @@ try:
     q.command('block_resize', device='user', size=192 << 20)
     say('BLOCK-RESIZED', q.command('qom-get', path='/machine/peripheral/d1', property='capacity'))
     say('USER-STATS', q.command('qom-get', path='/machine/peripheral/d1', property='stats'))
+    q.command('device_add', driver='hv-disk', id='done', bus='scsi0.0', lun=4, backend='null',
+              size=1 << 20)
     q.close()
 except QmpError as e:
     say('QMP-FAILED', e)

@@ -39,6 +39,7 @@ echo "WRITE-ISSUED"
 wait $! && echo "HELD-WRITE-DONE"
 dd if=/dev/$D of=/tmp/back bs=4096 skip=300 count=1 iflag=direct 2>/dev/null
 cmp -s /tmp/block /tmp/back && echo "HELD-WRITE-LANDED"
+wait_disks 5 # the host's last step: the guest must not end before it
 SH
 
 read -r -d '' HOST_SIDE <<'PY'
@@ -84,6 +85,7 @@ try:
     say('HOST-SAW-STALLED', stats(q)['stalled'])
     fault(q, 'none')
     say('RELEASED', stats(q)['stalled'])
+    go_on(q, 4)
     q.close()
 except QmpError as e:
     say('QMP-FAILED', e)

@@ -43,6 +43,9 @@ wait $DD
 echo "SLOW-WRITE-ENDED rc=$?"
 wait_for "$C to go" [ ! -e "/sys/block/$C" ]
 echo "SLOW-GONE $C"
+# The host's last QMP steps need QEMU: the guest ends once it has plugged one more disk.
+wait_lun 3 >/dev/null
+echo "HOST-DONE"
 SH
 
 # The host's side: waits for the guest's markers on the console, drives QMP, prints what
@@ -90,6 +93,8 @@ try:
     q.wait_event('DEVICE_DELETED', lambda e: e['data'].get('device') == 'slow')
     say('DELETED slow')
     say('QMP-ALIVE-AFTER-SLOW', q.command('query-status')['status'])
+    q.command('device_add', driver='hv-disk', id='done', bus='scsi0.0', lun=3, backend='null',
+              size=1 << 20)
     q.close()
 except QmpError as e:
     say('QMP-FAILED', e)

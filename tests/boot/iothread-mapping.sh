@@ -24,8 +24,9 @@ fio --name=map --filename=/dev/$D --direct=1 --ioengine=libaio --iodepth=8 --num
   && echo "FIO-MAP-OK" || { cat /tmp/map.out; echo "FIO-MAP-FAILED"; }
 grep -E "err=" /tmp/map.out
 echo "MAP-DONE"
-while [ -n "$(lun_dev 1)" ]; do sleep 0.5; done
+wait_for "LUN 1 to go" lun_gone 1
 echo "MAP-GONE"
+wait_lun 2 >/dev/null # the host's last step: the guest must not end before it
 SH
 
 read -r -d '' HOST_SIDE <<'PY'
@@ -71,6 +72,8 @@ try:
     say('CHANNELS-OPEN', sum(1 for c in chans if c['open']))
     say('CHANNELS-WITH-ROUNDS-AND-SRBS', sum(1 for c in chans if c['wakeups'] > 0 and c['srbs'] > 0))
     q.device_del('map')
+    q.command('device_add', driver='hv-disk', id='done', bus='scsi0.0', lun=2, backend='null',
+              size=1 << 20)
     q.close()
 except QmpError as e:
     say('QMP-FAILED', e)
