@@ -186,12 +186,50 @@ protected:
         return sc;
     }
 
+    // The controller again, its channels in two loops of their own (l0, l1), every round a
+    // turn in them.
+    void build_in_two_loops(ControllerConfig cfg) {
+        l0 = std::make_unique<hvstor::test::FakeLoop>();
+        l1 = std::make_unique<hvstor::test::FakeLoop>();
+        cfg.inline_rounds = false;
+        cfg.loops = {l0.get(), l1.get()};
+        build(cfg);
+    }
+
     // LUN 0 becomes a disk whose requests wait until gated.release_all().
     void gate_lun0() {
         gated_disk = std::make_unique<scsi::Disk>(gated, scsi::DiskConfig{}, *ctl);
         ctl->detach(0);
         std::string err;
         ASSERT_TRUE(ctl->attach(0, gated_disk.get(), err)) << err;
+    }
+
+    // A subchannel is closed while LUN 0 holds `held` of its reads, then the primary is
+    // closed and opened again and a subchannel asked for while the old one still drains (a
+    // fresh queue serves it). After gate_lun0(); the old subchannel's ring GPADL is 0x200.
+    struct Reopened {
+        FakeStorvsc::Chan old_sub, primary, sub;
+    };
+    void reopen_while_a_subchannel_drains(int held, std::optional<Reopened>& out) {
+        constexpr uint64_t kRings2 = 0x700000, kSubRings2 = 0x780000;
+        auto c = open_primary();
+        ASSERT_TRUE(guest.handshake(c));
+        auto sc = open_subchannel(c, kSubRings, 0x200);
+        ASSERT_TRUE(sc);
+        for (int i = 0; i < held; i++) guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096);
+        while (gated.held_count() < size_t(held)) std::this_thread::yield();
+        guest.close(*sc); // its close waits for the held requests
+        guest.close(c);   // the primary's close withdraws the subchannel
+        ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
+        release_relid(sc->relid);
+        tear_down_gpadl(0x100);
+        ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown)) << "primary closed";
+        auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
+        ASSERT_TRUE(c2);
+        ASSERT_TRUE(guest.handshake(*c2));
+        auto sc2 = open_subchannel(*c2, kSubRings2, 0x201);
+        ASSERT_TRUE(sc2) << "a fresh queue serves the new subchannel";
+        out = Reopened{*sc, *c2, *sc2};
     }
 
     static constexpr const char* kInstance = "f8b3781b-1e82-4818-a1c3-63d806ec1500";
@@ -202,6 +240,7 @@ protected:
     FakeStorvsc guest{host, p, g};
     std::unique_ptr<backend::Backend> ram;
     std::unique_ptr<hvstor::test::FakeLoop> loop; // outlives the controller
+    std::unique_ptr<hvstor::test::FakeLoop> l0, l1; // build_in_two_loops's, the same
     std::unique_ptr<Controller> ctl;
     std::unique_ptr<scsi::Disk> disk;
     GatedBackend gated;
@@ -812,35 +851,18 @@ TEST_F(StorvspTest, ClosingSubchannelsPileUpNoFurtherThanMaxQueues) {
 // completions written into the new ring). The new subchannel opens, works and closes while
 // the old requests are still held; the old ones, released later, appear nowhere.
 TEST_F(StorvspTest, SubchannelAskedForAgainNeverReusesAQueueStillClosing) {
-    constexpr uint64_t kRings2 = 0x700000, kSubRings2 = 0x780000;
     gate_lun0();
-    auto c = open_primary();
-    ASSERT_TRUE(guest.handshake(c));
-    auto sc = open_subchannel(c, kSubRings, 0x200);
-    ASSERT_TRUE(sc);
-    std::set<uint64_t> old_ids;
-    for (int i = 0; i < 4; i++) old_ids.insert(guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096));
-    while (gated.held_count() < 4) std::this_thread::yield();
-    guest.close(*sc); // its worker drains the 4 held requests
-    guest.close(c);   // the primary's close withdraws the subchannel
-    ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
-    release_relid(sc->relid);
-    tear_down_gpadl(0x100);
-    ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown)) << "primary closed";
-    auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
-    ASSERT_TRUE(c2);
-    ASSERT_TRUE(guest.handshake(*c2));
-    auto sc2 = open_subchannel(*c2, kSubRings2, 0x201);
-    ASSERT_TRUE(sc2) << "a fresh queue serves the new subchannel";
+    std::optional<Reopened> r;
+    ASSERT_NO_FATAL_FAILURE(reopen_while_a_subchannel_drains(4, r));
     // Its own I/O works while the old requests are still held.
-    ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc2));
-    guest.close(*sc2); // on this thread: returns although the old queue still drains
+    ASSERT_NO_FATAL_FAILURE(expect_report_luns(r->sub));
+    guest.close(r->sub); // on this thread: returns although the old queue still drains
     gated.release_all();
     // The old subchannel's close is done once its ring GPADL is torn down.
     tear_down_gpadl(0x200);
     ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
-    EXPECT_FALSE(guest.poll(*sc2)) << "the old requests' completions reached the new ring";
-    EXPECT_FALSE(guest.poll(*sc)) << "completions written into a closed ring";
+    EXPECT_FALSE(guest.poll(r->sub)) << "the old requests' completions reached the new ring";
+    EXPECT_FALSE(guest.poll(r->old_sub)) << "completions written into a closed ring";
 }
 
 // Once the channel is ready, a guest signal that finds the worker asleep runs the round on
@@ -887,22 +909,15 @@ int threads_named(const std::string& prefix) {
 // iothread=: with event loops the channels' workers are turns in them, not threads of their
 // own; channel i turns in loop i % n, and each channel's watch ends with the channel.
 TEST_F(StorvspTest, ChannelsTurnInTheirEventLoops) {
-    hvstor::test::FakeLoop l0, l1;
-    struct ControllerFirst {
-        std::unique_ptr<Controller>& c;
-        ~ControllerFirst() { c.reset(); }
-    } first{ctl};
     ControllerConfig cfg;
-    cfg.inline_rounds = false; // every round is the worker's: a turn
-    cfg.loops = {&l0, &l1};
-    build(cfg);
+    build_in_two_loops(cfg);
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
     auto sc = open_subchannel(c, kSubRings, 0x200);
     ASSERT_TRUE(sc);
-    EXPECT_EQ(l0.watching(), 1u);
-    EXPECT_EQ(l1.watching(), 1u);
-    const uint64_t primary_turns = l0.calls(), sub_turns = l1.calls();
+    EXPECT_EQ(l0->watching(), 1u);
+    EXPECT_EQ(l1->watching(), 1u);
+    const uint64_t primary_turns = l0->calls(), sub_turns = l1->calls();
     const uint64_t sub_rounds = ctl->stats().channels[1].wakeups;
     for (uint32_t i = 0; i < 20; i++) {
         guest.send_srb(*sc, rw10(true, i, 8), kBuf, 4096);
@@ -915,65 +930,42 @@ TEST_F(StorvspTest, ChannelsTurnInTheirEventLoops) {
     const auto sub_stats = ctl->stats().channels[1];
     EXPECT_GE(sub_stats.wakeups - sub_rounds, 20u);
     EXPECT_EQ(sub_stats.inline_rounds, 0u);
-    EXPECT_GT(l1.calls(), sub_turns) << "the subchannel turns in the second loop";
+    EXPECT_GT(l1->calls(), sub_turns) << "the subchannel turns in the second loop";
     EXPECT_EQ(threads_named("hvstor-ch"), 0);
     expect_report_luns(c);
-    EXPECT_GT(l0.calls(), primary_turns) << "the primary turns in the first";
+    EXPECT_GT(l0->calls(), primary_turns) << "the primary turns in the first";
 
     ctl.reset();
-    EXPECT_EQ(l0.watching(), 0u);
-    EXPECT_EQ(l1.watching(), 0u);
-    EXPECT_EQ(l0.bad_unwatches() + l1.bad_unwatches(), 0u);
+    EXPECT_EQ(l0->watching(), 0u);
+    EXPECT_EQ(l1->watching(), 0u);
+    EXPECT_EQ(l0->bad_unwatches() + l1->bad_unwatches(), 0u);
 }
 
 // A subchannel asked for while the one before it still closes gets a fresh queue past
 // max_subchannels (index 2 here, with one subchannel); it turns in the loop of the place it
 // takes (1), not in loop 2 mod 2 = 0, the primary's.
 TEST_F(StorvspTest, QueueStandingInForAClosingOneTurnsInThatPlacesLoop) {
-    constexpr uint64_t kRings2 = 0x700000, kSubRings2 = 0x780000;
-    hvstor::test::FakeLoop l0, l1;
-    struct ControllerFirst {
-        std::unique_ptr<Controller>& c;
-        ~ControllerFirst() { c.reset(); }
-    } first{ctl};
     ControllerConfig cfg;
     cfg.max_subchannels = 1;
-    cfg.inline_rounds = false; // every round is the worker's: a turn
-    cfg.loops = {&l0, &l1};
-    build(cfg);
+    build_in_two_loops(cfg);
     EXPECT_EQ(queue_place(cfg, 0), 0u);
     EXPECT_EQ(queue_place(cfg, 1), 1u);
     EXPECT_EQ(queue_place(cfg, 2), 1u);
     gate_lun0();
-    auto c = open_primary();
-    ASSERT_TRUE(guest.handshake(c));
-    auto sc = open_subchannel(c, kSubRings, 0x200);
-    ASSERT_TRUE(sc);
-    for (int i = 0; i < 2; i++) guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096);
-    while (gated.held_count() < 2) std::this_thread::yield();
-    guest.close(*sc); // waits for the 2 held requests
-    guest.close(c);
-    ASSERT_TRUE(guest.wait_message<vmbus::RescindOffer>(vmbus::MsgType::RescindChannelOffer));
-    release_relid(sc->relid);
-    tear_down_gpadl(0x100);
-    ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown)) << "primary closed";
-    auto c2 = guest.open(ctl->primary_relid(), kRings2, 0x101);
-    ASSERT_TRUE(c2);
-    ASSERT_TRUE(guest.handshake(*c2));
-    auto sc2 = open_subchannel(*c2, kSubRings2, 0x201);
-    ASSERT_TRUE(sc2);
+    std::optional<Reopened> r;
+    ASSERT_NO_FATAL_FAILURE(reopen_while_a_subchannel_drains(2, r));
     ASSERT_EQ(ctl->stats().channels.size(), 3u) << "the new subchannel has a queue of its own";
-    const uint64_t l0_before = l0.calls(), l1_before = l1.calls();
-    ASSERT_NO_FATAL_FAILURE(expect_report_luns(*sc2));
-    EXPECT_GT(l1.calls(), l1_before) << "the new subchannel turns in its place's loop";
-    EXPECT_EQ(l0.calls(), l0_before) << "the primary's loop ran the new subchannel";
-    guest.close(*sc2);
+    const uint64_t l0_before = l0->calls(), l1_before = l1->calls();
+    ASSERT_NO_FATAL_FAILURE(expect_report_luns(r->sub));
+    EXPECT_GT(l1->calls(), l1_before) << "the new subchannel turns in its place's loop";
+    EXPECT_EQ(l0->calls(), l0_before) << "the primary's loop ran the new subchannel";
+    guest.close(r->sub);
     gated.release_all();
     tear_down_gpadl(0x200);
     ASSERT_TRUE(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown));
     ctl.reset();
-    EXPECT_EQ(l0.watching() + l1.watching(), 0u);
-    EXPECT_EQ(l0.bad_unwatches() + l1.bad_unwatches(), 0u);
+    EXPECT_EQ(l0->watching() + l1->watching(), 0u);
+    EXPECT_EQ(l0->bad_unwatches() + l1->bad_unwatches(), 0u);
 }
 
 TEST_F(StorvspTest, InlineRoundsOffLeavesEveryRoundToTheWorker) {
