@@ -4,8 +4,14 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 : "${QEMU:?QEMU must point at our qemu-system-x86_64 (tests/run-all.sh sets it)}"
 
+# $OUT: what the boot printed (boot_guest, boot_with_host_side). $WORK: a folder for the
+# test's own files, with $SOCK and $CONSOLE there for boot_with_host_side's QMP socket and
+# console log. Both go when the test exits.
 OUT=$(mktemp)
-trap 'rm -f "$OUT"' EXIT
+WORK=$(mktemp -d)
+SOCK=$WORK/qmp.sock
+CONSOLE=$WORK/console.log
+trap 'rm -rf "$OUT" "$WORK"' EXIT
 fails=0
 
 # boot_guest ARGS... : runs scripts/boot.sh; output in $OUT, status in $BOOT_RC.

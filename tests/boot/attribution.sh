@@ -5,8 +5,6 @@
 # depending on how busy the machine is, so the device is slow enough for that to stay under
 # 2%). The host part must hold the model's 50 ms; the report must show the table and plot.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
 
 cat > "$WORK/attrib.exp" <<'SPEC'
 [experiment]

@@ -5,9 +5,6 @@
 # file. The kill comes once the guest has reported 40 blocks, and the guest keeps writing
 # until then and after, so it lands among writes in flight.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-CONSOLE=$WORK/console.log
 IMG=$WORK/disk.img
 truncate -s 64M "$IMG"
 

@@ -13,10 +13,6 @@
 # the guest take turns through console markers (see hotplug.sh); the only clock is the
 # boot timeout.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 
 head -c 64M /dev/urandom >"$WORK/base.raw"
 BASE_SUM=$(sha256sum "$WORK/base.raw" | cut -d' ' -f1)

@@ -4,8 +4,6 @@
 # a block tunable the guest does not have: the run must stop with a clear error and the
 # guest's output, not hang.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
 
 cat > "$WORK/smoke.exp" <<'EOF'
 [experiment]

@@ -7,10 +7,6 @@
 # plugging a small disk (the guest counts its disks); every wait ends when its event comes
 # or QEMU ends, so the only clock is the boot timeout.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 
 read -r -d '' GUEST_CMD <<'SH'
 wait_disks() { wait_for "$1 disks" has_disks "$1"; }

@@ -9,10 +9,6 @@
 # comes or QEMU ends (the guest's waits have no bound of their own: boot-lib.sh's
 # wait_for), so the only clock is the boot timeout.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 
 read -r -d '' GUEST_CMD <<'SH'
 A=$(lun_dev 0)

@@ -9,10 +9,6 @@
 #   turns through console markers and the disk's hot add and removal (see hotplug.sh); the
 #   only clock is the boot timeout.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 
 read -r -d '' GUEST_CMD <<'SH'
 echo "CHANNELS $(ls -d /sys/bus/vmbus/devices/*/channels/*/ | wc -l)"

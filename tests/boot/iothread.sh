@@ -9,10 +9,6 @@
 # guest take turns through console markers (see hotplug.sh); the only clock is the boot
 # timeout.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 truncate -s 256M "$WORK/lun0.img"
 qemu-img create -q -f qcow2 "$WORK/user.qcow2" 256M
 

@@ -5,10 +5,6 @@
 # channel. The guest waits for the host's reading through a marker on the console; every
 # wait ends when its event comes or QEMU ends, so the only clock is the boot timeout.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 TRACE=$WORK/trace.log
 
 read -r -d '' GUEST_CMD <<'SH'

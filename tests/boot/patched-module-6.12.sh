@@ -15,8 +15,6 @@
 # without a Makefile, a module tree of another kernel than the image, headers without
 # --source, a build whose vermagic differs from the stock module's.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
 
 KO=$(bash "$HVSTOR_ROOT/scripts/build-module.sh" --kernel debian-6.12 host-tagset 2>"$WORK/build-a.log" | tail -n 1)
 check "host-tagset module built for debian-6.12" [ -f "$KO" ]

@@ -5,8 +5,6 @@
 # from the kernel command line must reach it, and data must survive fio's verify. The same
 # source rebuilt without a patch must load too and must not share tags.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
 
 build() { # PATCH -> path of the module, or empty
   bash "$HVSTOR_ROOT/scripts/build-module.sh" "$1" 2>"$WORK/build-$1.log" | tail -n 1

@@ -33,7 +33,7 @@ echo FIO-JSON-BEGIN qd1
 fio --name=qd1 $FIO_COMMON --rw=randread --iodepth=1 --time_based --runtime=15
 echo FIO-JSON-END
 SH
-TL=$(mktemp)
+TL=$WORK/timeline.jsonl
 boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$QD1" \
   -- -device hv-storvsc,id=s -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=profile=premium-p10,,timeline=$TL"
 p50=$($FIGURE "$OUT" qd1 qd1 read.clat_p50_us)

@@ -11,10 +11,6 @@
 # Every wait ends on a console marker or when QEMU ends: the only clock is the boot timeout.
 # HVSTOR_TRACE_LOG=FILE keeps QEMU's trace of every SRB (opcode, status) in FILE.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 IMAGE=$WORK/disk.img
 truncate -s 64M "$IMAGE"
 

@@ -5,10 +5,6 @@
 # after cycle 10. The guest pauses twice by writing a block that a stall fault holds (the host
 # counts, then releases it), so both counts are taken with the guest idle.
 . "$(dirname "$0")/../boot-lib.sh"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK" "$OUT"' EXIT
-SOCK=$WORK/qmp.sock
-CONSOLE=$WORK/console.log
 PAUSE_LBA=131064 # the last 4 KiB of the 64 MiB disk: only the pauses write there
 
 read -r -d '' GUEST_CMD <<SH
