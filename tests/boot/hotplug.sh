@@ -31,8 +31,10 @@ echo "HOTPLUG-READY-FOR-SLOW"
 C=$(wait_lun 2)
 dd if=/dev/zero of=/dev/$C bs=4k count=1 oflag=direct 2>/dev/null &
 DD=$!
-n=0
-while [ "$n" -lt 600 ]; do set -- $(cat /sys/block/$C/inflight); [ "$2" -gt 0 ] && break; sleep 0.1; n=$((n + 1)); done
+# In flight: the disk counts a write, or dd already ended (then the check on the host fails).
+write_in_flight() { set -- $(cat /sys/block/$C/inflight); [ "$2" -gt 0 ] || ! kill -0 $DD 2>/dev/null; }
+wait_for "the write to $C in flight" write_in_flight
+set -- $(cat /sys/block/$C/inflight)
 echo "WRITE-IN-FLIGHT $C $2"
 echo "HOTPLUG-READY-FOR-SLOW-DEL"
 wait $DD
