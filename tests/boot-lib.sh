@@ -62,6 +62,11 @@ check() { # description, then a command that must succeed
   if "$@"; then echo "  ok: $what"
   else echo "  NOT OK: $what"; fails=$((fails + 1)); fi
 }
+# After boot_with_host_side: both sides ended well.
+check_boot_and_host() {
+  check "guest command finished" [ "$BOOT_RC" = 0 ]
+  check "the QMP client got through every step" [ "$HOST_RC" = 0 ]
+}
 has() { grep -q -E -- "$1" "$OUT"; }
 lacks() { ! grep -q -E -- "$1" "$OUT"; }
 count_is() { [ "$(grep -c -E -- "$1" "$OUT")" = "$2" ]; }

@@ -104,8 +104,7 @@ boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
   -- -device hv-storvsc,id=scsi0 \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=32M
 
-check "guest command finished" [ "$BOOT_RC" = 0 ]
-check "the QMP client got through every step" [ "$HOST_RC" = 0 ]
+check_boot_and_host
 check "QMP answers while the guest runs" has '^host: QMP-UP running$'
 check "the guest starts with one disk" has '^FIRST sd[a-z]+$'
 check "device_add of hv-disk accepted" has '^host: ADDED hot1$'

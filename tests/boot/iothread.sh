@@ -88,8 +88,7 @@ boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,file="$WORK/lun0.img" \
      -device hv-disk,id=d1,bus=scsi0.0,lun=1,drive=user,iothread=io0
 
-check "guest command finished" [ "$BOOT_RC" = 0 ]
-check "the QMP client got through every step" [ "$HOST_RC" = 0 ]
+check_boot_and_host
 check "primary + 3 subchannels" has '^CHANNELS 4$'
 check "fio verify on the file disk" has '^FIO-FILE-OK'
 check "fio verify on the qcow2 disk in the same IOThread" has '^FIO-DRIVE-OK'

@@ -62,8 +62,7 @@ trace_count() { grep -c -E "hvstor_$1 " "$TRACE"; }
 submits=$(trace_count storvsp_srb_submit) completes=$(trace_count storvsp_srb_complete)
 echo "  trace: $(wc -l <"$TRACE") lines, $submits SRBs submitted, $completes completed"
 
-check "guest command finished" [ "$BOOT_RC" = 0 ]
-check "the QMP client got through every step" [ "$HOST_RC" = 0 ]
+check_boot_and_host
 check "the guest's disk has 4 hardware queues" has '^CHANNELS 4$'
 check "fio verified its data" has '^FIO-OK$'
 check "trace: VMBus 5.3 connection" trace_has vmbus_connect 'version 0x50003'

@@ -142,8 +142,7 @@ rescan_ms() { # $1: the DMESG prefix to read
        }' "$OUT"
 }
 
-check "guest command finished" [ "$BOOT_RC" = 0 ]
-check "the QMP client got through every step" [ "$HOST_RC" = 0 ]
+check_boot_and_host
 check "capacity reads the file's size at start" has '^host: CAPACITY-AT-START 67108864$'
 check "capacity 0 is refused with its reason" \
   has '^host: BAD-SIZE-REFUSED 0 .*size 0 is not a positive multiple of 512'
