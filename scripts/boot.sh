@@ -2,7 +2,7 @@
 # Boots a guest kernel under QEMU with the hvstor busybox initramfs and runs one command in it.
 #
 #   scripts/boot.sh --qemu PATH [--kernel NAME|PATH] [--modules DIR] [--vcpus N] [--mem SIZE]
-#                   [--cmd 'shell command'] [--timeout SECONDS] [--log FILE]
+#                   [--cmd 'shell command'] [--timeout SECONDS] [--silence SECONDS] [--log FILE]
 #                   [--append 'kernel args'] [--wait-disks N] [--ko FILE]...
 #                   [--results DIR] [--qmp PATH] [-- extra qemu args...]
 #
@@ -12,11 +12,16 @@
 #   --cmd         shell command run in the guest (busybox sh -c); its console output is
 #                 printed and its exit status is this script's. Without --cmd the guest
 #                 starts an interactive shell on this terminal (Ctrl-A X quits QEMU).
-#   --timeout     seconds before QEMU is killed (default 120; interactive: none)
+#   --timeout     a deadline: seconds before QEMU is ended (default: none)
+#   --silence     with --cmd, seconds a guest may show no sign of life before QEMU is ended
+#                 (default 300). Signs of life are console output and the heartbeat the
+#                 guest's init writes every 5 s to the debug port (0x402). This ends a guest
+#                 that has stopped (QEMU or the guest kernel hung), never one that is slow:
+#                 without --timeout a command may take as long as it needs.
 #   --log         keep the whole serial console log in FILE
 #   --append      more kernel command line arguments
 #   --wait-disks  in the guest, wait until N SCSI disks exist before the command (no bound
-#                 of its own: --timeout is the clock; the console says every 30 s what it has)
+#                 of its own; the console says every 30 s what it has)
 #   --ko          a module built for the guest kernel (scripts/build-module.sh) that replaces
 #                 the stock one of the same name (repeatable; see guest-assets.sh)
 #   --results     results channel: a second serial port (guest /dev/ttyS1) backed by a file;
@@ -28,7 +33,8 @@
 #                 must not exist, or be a stale socket; it is removed when QEMU ends.
 #   -- ...        passed to QEMU as they are (for example -device hv-storvsc,...)
 #
-# Exit status: the guest command's; 124 when the timeout hit; 125 when the guest panicked,
+# Exit status: the guest command's; 124 when the deadline passed or the guest fell silent;
+# 125 when the guest panicked,
 # QEMU ended without reporting the command's status, or the command succeeded but its
 # results did not arrive whole; 1/2 for errors before the boot.
 # HVSTOR_BOOT_QUIET=1 adds "quiet" to the kernel command line.
@@ -45,6 +51,7 @@ MEM=1G
 CMD=''
 HAVE_CMD=0
 TIMEOUT=''
+SILENCE=300
 LOG=''
 APPEND=''
 WAIT_DISKS=0
@@ -63,6 +70,7 @@ while [ $# -gt 0 ]; do
     --mem)        need_arg "$1" $#; MEM=$2; shift 2 ;;
     --cmd)        need_arg "$1" $#; CMD=$2; HAVE_CMD=1; shift 2 ;;
     --timeout)    need_arg "$1" $#; TIMEOUT=$2; shift 2 ;;
+    --silence)    need_arg "$1" $#; SILENCE=$2; shift 2 ;;
     --log)        need_arg "$1" $#; LOG=$2; shift 2 ;;
     --append)     need_arg "$1" $#; APPEND="$APPEND $2"; shift 2 ;;
     --wait-disks) need_arg "$1" $#; WAIT_DISKS=$2; shift 2 ;;
@@ -92,9 +100,8 @@ if [ -n "$QMP" ]; then
 fi
 if [ -n "$TIMEOUT" ]; then
   [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "--timeout wants a positive number of seconds, got '$TIMEOUT'"
-elif [ "$HAVE_CMD" = 1 ]; then
-  TIMEOUT=120
 fi
+[[ $SILENCE =~ ^[1-9][0-9]*$ ]] || die "--silence wants a positive number of seconds, got '$SILENCE'"
 
 # --- guest assets ---------------------------------------------------------------------------
 asset_args=("$KERNEL_SPEC")
@@ -170,6 +177,9 @@ CONSOLE=${LOG:-$RUN_DIR/console.log}
 mkdir -p "$(dirname "$CONSOLE")"
 : > "$CONSOLE"
 QARGS+=(-serial "file:$CONSOLE" -monitor none)
+HEARTBEAT=$RUN_DIR/heartbeat
+: > "$HEARTBEAT"
+QARGS+=(-chardev "file,id=hvhb,path=$HEARTBEAT" -device isa-debugcon,iobase=0x402,chardev=hvhb)
 if [ -n "$RESULTS" ]; then
   # The console is the first serial port (ttyS0); this one is the second (ttyS1).
   : > "$RUN_DIR/results.tar"
@@ -197,16 +207,39 @@ FILTER='
   }
 '
 
-log "booting $(basename "$KERNEL") ($VCPUS vCPUs, $MEM, timeout ${TIMEOUT}s)"
+log "booting $(basename "$KERNEL") ($VCPUS vCPUs, $MEM, ${TIMEOUT:+deadline ${TIMEOUT}s, }ended after ${SILENCE}s without a sign of life)"
 start=$(date +%s.%N)
-timeout -k 10 "$TIMEOUT" "$QEMU" "${QARGS[@]}" "${EXTRA[@]}" </dev/null >"$RUN_DIR/qemu.out" 2>&1 &
+"$QEMU" "${QARGS[@]}" "${EXTRA[@]}" </dev/null >"$RUN_DIR/qemu.out" 2>&1 &
 QPID=$!
 # tail reads the file once more after QEMU is gone, so nothing at the end is lost.
 tail -n +1 -f --pid="$QPID" -s 0.2 "$CONSOLE" 2>/dev/null | awk -v dir="$RUN_DIR" "$FILTER" &
 TPID=$!
+
+# The watchdog. Ends QEMU (why=...) when the deadline passes, when the guest has shown no
+# sign of life for $SILENCE s, or when the guest reported its status and has not powered
+# off 60 s later (its status stands; a warning says so).
+life() { stat -c %s "$CONSOLE" "$HEARTBEAT" 2>/dev/null | tr '\n' ' '; }
+why='' seen=$(life) seen_at=$SECONDS began=$SECONDS reported_at=''
+while kill -0 "$QPID" 2>/dev/null; do
+  sleep 1
+  now=$(life)
+  [ "$now" = "$seen" ] || { seen=$now; seen_at=$SECONDS; }
+  if [ -n "$TIMEOUT" ] && [ $((SECONDS - began)) -ge "$TIMEOUT" ]; then why=deadline; break; fi
+  if [ $((SECONDS - seen_at)) -ge "$SILENCE" ]; then why=silence; break; fi
+  if [ -s "$RUN_DIR/status" ]; then
+    [ -n "$reported_at" ] || reported_at=$SECONDS
+    if [ $((SECONDS - reported_at)) -ge 60 ]; then why=poweroff; break; fi
+  fi
+done
+if [ -n "$why" ]; then
+  kill -TERM "$QPID" 2>/dev/null || true
+  for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$QPID" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$QPID" 2>/dev/null || true
+fi
 rc=0
 wait "$QPID" || rc=$?
 QPID=''
+[ -z "$why" ] || rc=124
 wait "$TPID" || true
 end=$(date +%s.%N)
 
@@ -245,8 +278,8 @@ if [ -s "$RUN_DIR/status" ]; then
   if [ "$results_ok" = 0 ] && [ "$status" = 0 ]; then
     fail 125 "the command succeeded but its results did not arrive whole on the results port ($(head -c 200 "$RUN_DIR/results.err" 2>/dev/null))"
   fi
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    log "warning: the guest reported its status but did not power off before the timeout"
+  if [ -n "$why" ]; then
+    log "warning: the guest reported its status but did not power off ($why): QEMU was ended"
   fi
   log "guest ready after $(elapsed "$start" "$(cat "$RUN_DIR/ready")")s, command exited with status $status, total $(elapsed "$start" "$end")s"
   if [ -s "$RUN_DIR/qemu.out" ] && [ "${HVSTOR_BOOT_QUIET:-0}" != 1 ]; then
@@ -255,11 +288,11 @@ if [ -s "$RUN_DIR/status" ]; then
   exit "$status"
 fi
 
-if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-  if [ -s "$RUN_DIR/ready" ]; then
-    fail 124 "timed out after ${TIMEOUT}s: the guest command did not finish"
-  fi
-  fail 124 "timed out after ${TIMEOUT}s before the guest was ready"
+if [ -n "$why" ]; then
+  if [ "$why" = deadline ]; then what="the deadline of ${TIMEOUT}s passed"
+  else what="the guest showed no sign of life for ${SILENCE}s (no console output, no heartbeat)"; fi
+  if [ -s "$RUN_DIR/ready" ]; then fail 124 "$what: the guest command did not finish"; fi
+  fail 124 "$what before the guest was ready"
 fi
 if grep -q 'Kernel panic' "$CONSOLE"; then
   fail 125 "the guest kernel panicked (QEMU exit status $rc)"

@@ -14,10 +14,18 @@ CONSOLE=$WORK/console.log
 trap 'rm -rf "$OUT" "$WORK"' EXIT
 fails=0
 
+# One hang guard for every boot, whatever the test: a deadline that ends a guest whose
+# command and host side wait for an event that never comes (scripts/boot.sh --timeout).
+# A guest that stops (QEMU or its kernel hung) is ended sooner, by boot.sh's watchdog
+# (--silence). The guard measures no speed: the longest boot test takes a few minutes
+# even on a busy machine, and no test is sized to how long it takes.
+HANG_GUARD=1800
+
 # boot_guest ARGS... : runs scripts/boot.sh; output in $OUT, status in $BOOT_RC.
 boot_guest() {
   BOOT_RC=0
-  bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" "$@" >"$OUT" 2>&1 || BOOT_RC=$?
+  bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --timeout "$HANG_GUARD" "$@" >"$OUT" 2>&1 ||
+    BOOT_RC=$?
 }
 
 # boot_with_host_side PROGRAM SOCK CONSOLE [HOST_ARG...] -- BOOT_ARG...
@@ -40,8 +48,8 @@ boot_with_host_side() {
   [ $# -gt 0 ] || die "boot_with_host_side: no -- before the boot arguments"
   shift
   host_out=$(mktemp)
-  bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --log "$console" --qmp "$sock" "$@" \
-    >"$OUT" 2>&1 &
+  bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --timeout "$HANG_GUARD" --log "$console" \
+    --qmp "$sock" "$@" >"$OUT" 2>&1 &
   boot_pid=$!
   python3 -c "$program" "$(dirname "$0")" "$sock" "$console" "$boot_pid" \
     "${host_args[@]}" >"$host_out" 2>&1
@@ -82,8 +90,8 @@ finish() {
 # Shell functions for guest commands that wait for disks; put them before the command
 # (--cmd "$GUEST_LUN_HELPERS$GUEST_CMD").
 #   wait_for WHAT CMD...  runs CMD every 0.5 s until it succeeds. It has no bound of its
-#                own: the boot timeout is the test's only clock. Every 30 s it says on
-#                stderr (the console) that it is still waiting for WHAT, so a timed-out run
+#                own: the hang guard is the test's only clock. Every 30 s it says on
+#                stderr (the console) that it is still waiting for WHAT, so a hung run
 #                shows what for.
 #   lun_dev N    the sdX of LUN N on the guest's SCSI hosts, if there is one
 #   wait_lun N   waits for LUN N to appear (wait_for), prints its sdX; lun_present N and

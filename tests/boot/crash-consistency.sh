@@ -20,7 +20,7 @@ done
 echo "NEVER-KILLED"
 SH
 
-bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --kernel debian-6.12 --vcpus 2 --timeout 600 \
+bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --timeout "$HANG_GUARD" --kernel debian-6.12 --vcpus 2 \
   --wait-disks 1 --log "$CONSOLE" --cmd "$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 -device "hv-disk,id=d0,bus=scsi0.0,lun=0,file=$IMG" >"$OUT" 2>&1 &
 BOOT_PID=$!

@@ -11,7 +11,7 @@
 #          succeed: the disk gave the node back.
 # Afterwards qemu-img check finds no errors and the base image is unchanged. The host and
 # the guest take turns through console markers (see hotplug.sh); the only clock is the
-# boot timeout.
+# hang guard (boot-lib.sh).
 . "$(dirname "$0")/../boot-lib.sh"
 
 head -c 64M /dev/urandom >"$WORK/base.raw"
@@ -106,7 +106,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$WORK/hot.qcow2" -- \
-  --kernel debian-6.12 --vcpus 2 --mem 1G --timeout 900 --wait-disks 3 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --mem 1G --wait-disks 3 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -object iothread,id=io0 \
      -drive if=none,id=overlay,file="$WORK/overlay.qcow2",format=qcow2 \
      -drive if=none,id=user,file="$WORK/user.qcow2",format=qcow2 \

@@ -5,7 +5,7 @@
 # and is logged with its sense, BUSY and NOT READY are retried so fio still verifies, and the
 # held write completes once the host clears the fault. The host tells the guest to go on by
 # plugging a small disk (the guest counts its disks); every wait ends when its event comes
-# or QEMU ends, so the only clock is the boot timeout.
+# or QEMU ends, so the only clock is the hang guard (boot-lib.sh).
 . "$(dirname "$0")/../boot-lib.sh"
 
 read -r -d '' GUEST_CMD <<'SH'
@@ -89,7 +89,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 600 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M,fault=error=medium,,ops=read,,lba=2048-2055
 

@@ -7,7 +7,7 @@
 # kernel message (the removed LUN's failed SYNCHRONIZE CACHE) may run on at their end. The host
 # and the guest take turns through markers on the console; every wait ends when its event
 # comes or QEMU ends (the guest's waits have no bound of their own: boot-lib.sh's
-# wait_for), so the only clock is the boot timeout.
+# wait_for), so the only clock is the hang guard (boot-lib.sh).
 . "$(dirname "$0")/../boot-lib.sh"
 
 read -r -d '' GUEST_CMD <<'SH'
@@ -100,7 +100,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=32M
 

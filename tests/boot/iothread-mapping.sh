@@ -7,7 +7,7 @@
 #   io2 never did. It also counts QEMU's threads named hvstor-ch* (none) and reads the
 #   channels' statistics: all 4 open, each with worker rounds and SRBs. Host and guest take
 #   turns through console markers and the disk's hot add and removal (see hotplug.sh); the
-#   only clock is the boot timeout.
+#   only clock is the hang guard (boot-lib.sh).
 . "$(dirname "$0")/../boot-lib.sh"
 
 read -r -d '' GUEST_CMD <<'SH'
@@ -79,7 +79,7 @@ PY
 # JSON, for the list; QEMU creates JSON devices after all the others, so the disk is JSON too.
 CONTROLLER='{"driver":"hv-storvsc","id":"scsi0","inline-rounds":false,"iothread-vq-mapping":[{"iothread":"io0","vqs":[0,3]},{"iothread":"io1","vqs":[1,2]}]}'
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 4 --mem 1G --timeout 900 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 4 --mem 1G --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -name hvstor,debug-threads=on \
      -object iothread,id=io0 -object iothread,id=io1 -object iothread,id=io2 \
      -device "$CONTROLLER" \

@@ -6,8 +6,8 @@
 # statistics, and adds a disk on LUN 2 (the rescan runs through the primary in the
 # IOThread). Then hv_storvsc is unloaded and loaded again: every channel closes (its watch
 # leaves the IOThread) and opens again, and both disks read back what they held. Host and
-# guest take turns through console markers (see hotplug.sh); the only clock is the boot
-# timeout.
+# guest take turns through console markers (see hotplug.sh); the only clock is the hang
+# guard (boot-lib.sh).
 . "$(dirname "$0")/../boot-lib.sh"
 truncate -s 256M "$WORK/lun0.img"
 qemu-img create -q -f qcow2 "$WORK/user.qcow2" 256M
@@ -81,7 +81,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 4 --mem 1G --timeout 900 --wait-disks 2 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 4 --mem 1G --wait-disks 2 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -object iothread,id=io0 \
      -drive if=none,id=user,file="$WORK/user.qcow2",format=qcow2 \
      -device hv-storvsc,id=scsi0,iothread=io0 \

@@ -3,7 +3,8 @@
 # subchannel offers and every SRB's submission and completion; qom-get of hv-storvsc's and
 # the bridge's "stats" over QMP, while fio runs on every vCPU, counts SRBs on more than one
 # channel. The guest waits for the host's reading through a marker on the console; every
-# wait ends when its event comes or QEMU ends, so the only clock is the boot timeout.
+# wait ends when its event comes or QEMU ends, so the only clock is the hang guard
+# (boot-lib.sh).
 . "$(dirname "$0")/../boot-lib.sh"
 TRACE=$WORK/trace.log
 
@@ -51,7 +52,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" -- \
-  --kernel debian-6.12 --vcpus 4 --timeout 600 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 4 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -trace 'hvstor_*' -D "$TRACE" \
      -device hv-storvsc,id=scsi0 \
      -device hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M

@@ -39,7 +39,7 @@ check "built by gcc-12 against adapted headers" grep -q '^adapted-config=.*CC_HA
 GUEST_CMD=$MODULE_PROBE
 DEVS=(-device hv-storvsc,id=scsi0 -device hv-disk,bus=scsi0.0,lun=0,backend=ram,size=160M)
 
-boot_guest --kernel debian-6.12 --vcpus 4 --timeout 180 --wait-disks 1 --ko "$KO" \
+boot_guest --kernel debian-6.12 --vcpus 4 --wait-disks 1 --ko "$KO" \
   --append hv_storvsc.storvsc_max_hw_queues=2 --cmd "HVSTOR_FIO=1; $GUEST_CMD" -- "${DEVS[@]}"
 check "(a) guest command finished" [ "$BOOT_RC" = 0 ]
 check "(a) the guest runs $KVER" has "^RELEASE $KVER_RE\$"
@@ -86,7 +86,7 @@ check "(b) the build is not (a)'s" [ "$B_SRC" != "$WANT_SRC" ]
 check "(b) a second call is answered from the cache" \
   [ "$(bm --kernel "$KIMG" --modules "$MODS" --kdir "$KDIR" --source "$SRC" "$WORK/vcpus-per-channel.patch" 2>/dev/null | tail -n 1)" = "$KO_B" ]
 
-boot_guest --kernel "$KIMG" --modules "$MODS" --vcpus 2 --timeout 150 --wait-disks 1 --ko "$KO_B" \
+boot_guest --kernel "$KIMG" --modules "$MODS" --vcpus 2 --wait-disks 1 --ko "$KO_B" \
   --cmd "$GUEST_CMD" -- "${DEVS[@]}"
 check "(b) guest command finished" [ "$BOOT_RC" = 0 ]
 check "(b) the guest runs $KVER from the image path" has "^RELEASE $KVER_RE\$"

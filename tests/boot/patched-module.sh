@@ -29,7 +29,7 @@ check "its srcversion differs from the stock module's" [ "$WANT_SRC" != "$(modin
 GUEST_CMD="HVSTOR_FIO=1; $MODULE_PROBE"
 DEVS=(-device hv-storvsc,id=scsi0 -device hv-disk,bus=scsi0.0,lun=0,backend=ram,size=160M)
 
-boot_guest --kernel debian-6.1 --vcpus 4 --timeout 150 --wait-disks 1 --ko "$KO" \
+boot_guest --kernel debian-6.1 --vcpus 4 --wait-disks 1 --ko "$KO" \
   --append hv_storvsc.storvsc_max_hw_queues=2 --cmd "$GUEST_CMD" -- "${DEVS[@]}"
 check "guest command finished" [ "$BOOT_RC" = 0 ]
 check "the loaded hv_storvsc is our build ($WANT_VERSION)" has "^VERSION $WANT_VERSION\$"
@@ -40,7 +40,7 @@ check "hardware queues share one tag set (the patch)" has '^FLAGS .*TAG_HCTX_SHA
 check "fio verify passed" has '^FIO OK'
 grep -E '^(VERSION|SRCVERSION|TAINT|HWQ|FLAGS) ' "$OUT" | sed 's/^/  /'
 
-boot_guest --kernel debian-6.1 --vcpus 4 --timeout 150 --wait-disks 1 --ko "$KO_NONE" \
+boot_guest --kernel debian-6.1 --vcpus 4 --wait-disks 1 --ko "$KO_NONE" \
   --cmd "$GUEST_CMD" -- "${DEVS[@]}"
 check "rebuilt stock source: guest command finished" [ "$BOOT_RC" = 0 ]
 check "rebuilt stock source is loaded" has "^VERSION $(info "$KO_NONE" version)\$"

@@ -24,7 +24,7 @@ echo FIO-JSON-BEGIN qd32
 fio --name=qd32 $FIO_COMMON --rw=randread --iodepth=32 --time_based --runtime=20 --ramp_time=3
 echo FIO-JSON-END
 SH
-boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$GUEST" \
+boot_guest --kernel debian-6.12 --vcpus 2 --wait-disks 1 --cmd "$GUEST" \
   -- -device hv-storvsc,id=s -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=$P10"
 check "guest command finished" [ "$BOOT_RC" = 0 ]
 iops=$($FIGURE "$OUT" qd32 qd32 read.iops)
@@ -34,7 +34,7 @@ fio --name=qd1 $FIO_COMMON --rw=randread --iodepth=1 --time_based --runtime=15
 echo FIO-JSON-END
 SH
 TL=$WORK/timeline.jsonl
-boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$QD1" \
+boot_guest --kernel debian-6.12 --vcpus 2 --wait-disks 1 --cmd "$QD1" \
   -- -device hv-storvsc,id=s -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=profile=premium-p10,,timeline=$TL"
 p50=$($FIGURE "$OUT" qd1 qd1 read.clat_p50_us)
 # From the model's timeline, over the full intervals of the QD1 run (200 IOPS or more; the
@@ -62,7 +62,7 @@ fio --name=hogs $FIO_COMMON --rw=randread --iodepth=64 --time_based --runtime=15
     --name=wal $FIO_COMMON --offset=2G --rw=write --iodepth=1 --time_based --runtime=15 --ramp_time=3
 echo FIO-JSON-END
 SH2
-  boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 1 --cmd "$G" \
+  boot_guest --kernel debian-6.12 --vcpus 2 --wait-disks 1 --cmd "$G" \
     -- -device hv-storvsc,id=s \
        -device "hv-disk,bus=s.0,id=d0,backend=null,size=8G,perf=$P10,,queue=$q"
   $FIGURE "$OUT" hol wal write.clat_mean_us

@@ -8,7 +8,8 @@
 # old end, and prints what it logged; the second change runs with hv_storvsc's
 # logging_level=2, which also logs the sense. Then the host shrinks it back to 96 MiB. Bad
 # sizes are refused with their reason.
-# Every wait ends on a console marker or when QEMU ends: the only clock is the boot timeout.
+# Every wait ends on a console marker or when QEMU ends: the only clock is the hang guard
+# (boot-lib.sh).
 # HVSTOR_TRACE_LOG=FILE keeps QEMU's trace of every SRB (opcode, status) in FILE.
 . "$(dirname "$0")/../boot-lib.sh"
 IMAGE=$WORK/disk.img
@@ -128,7 +129,7 @@ except QmpError as e:
 PY
 
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$IMAGE" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 600 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 -device hv-disk,id=d0,bus=scsi0.0,lun=0,file="$IMAGE" \
      ${HVSTOR_TRACE_LOG:+-trace "hvstor_storvsp_srb_*" -D "$HVSTOR_TRACE_LOG"}
 

@@ -59,7 +59,7 @@ PY
 
 FAULT="stall=hold,ops=write,lba=$PAUSE_LBA-$((PAUSE_LBA + 7))"
 boot_with_host_side "$HOST_SIDE" "$SOCK" "$CONSOLE" "$FAULT" -- \
-  --kernel debian-6.12 --vcpus 2 --timeout 900 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
+  --kernel debian-6.12 --vcpus 2 --wait-disks 1 --cmd "$GUEST_LUN_HELPERS$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
      -device "hv-disk,id=d0,bus=scsi0.0,lun=0,backend=ram,size=64M,fault=${FAULT//,/,,}"
 

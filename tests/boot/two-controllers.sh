@@ -1,7 +1,7 @@
 # Two controllers with two and one LUNs, RAM and null backends, plus an absent LUN gap:
 # the guest sees exactly three disks of the right sizes and no phantom ones.
 . "$(dirname "$0")/../boot-lib.sh"
-boot_guest --kernel debian-6.12 --vcpus 2 --timeout 300 --wait-disks 3 \
+boot_guest --kernel debian-6.12 --vcpus 2 --wait-disks 3 \
   --cmd 'for d in /sys/block/sd*; do echo "DISK $(basename $(readlink $d/device)) $(cat $d/size)"; done
          dd if=/dev/zero of=/dev/sda bs=64k count=16 2>/dev/null && echo WRITE-OK' \
   -- -device hv-storvsc,id=scsi0 -device hv-storvsc,id=scsi1 \

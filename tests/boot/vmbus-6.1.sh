@@ -1,6 +1,6 @@
 # Stock bookworm 6.1 guest, 4 vCPUs, two controllers.
 . "$(dirname "$0")/../boot-lib.sh"
-boot_guest --kernel debian-6.1 --vcpus 4 --timeout 120 \
+boot_guest --kernel debian-6.1 --vcpus 4 \
   --cmd 'dmesg; for d in /sys/bus/vmbus/devices/*; do echo "DEV $(basename $d) $(cat $d/class_id)"; done' \
   -- -device hv-storvsc,id=scsi0 -device hv-storvsc,id=scsi1
 check "guest command finished" [ "$BOOT_RC" = 0 ]

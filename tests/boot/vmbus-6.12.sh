@@ -1,6 +1,6 @@
 # Stock trixie 6.12 guest: detects Hyper-V, negotiates VMBus 5.3, sees the controller.
 . "$(dirname "$0")/../boot-lib.sh"
-boot_guest --kernel debian-6.12 --vcpus 2 --timeout 120 \
+boot_guest --kernel debian-6.12 --vcpus 2 \
   --cmd 'dmesg; for d in /sys/bus/vmbus/devices/*; do echo "DEV $(basename $d) $(cat $d/class_id)"; done' \
   -- -device hv-storvsc,id=scsi0
 check "guest command finished" [ "$BOOT_RC" = 0 ]
