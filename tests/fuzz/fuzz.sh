@@ -87,8 +87,8 @@ for t in "${targets[@]}"; do
   ls -A "$art" >"$tmp/before"
   log "fuzzing $t (${limit[*]}; log: $logf)"
   start=$(date +%s.%N)
-  # New inputs go to the first directory; the seeds are only read. A target's own timeout
-  # (a request never answered) is far below -timeout; -rss_limit_mb catches growth.
+  # New inputs go to the first directory; the seeds are only read. -timeout is the targets'
+  # only clock (a request never answered hangs the input); -rss_limit_mb catches growth.
   ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$t" "${limit[@]}" -timeout=60 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" >"$logf" 2>&1
   rc=$?
