@@ -14,7 +14,7 @@
 #                 starts an interactive shell on this terminal (Ctrl-A X quits QEMU).
 #   --timeout     a deadline: seconds before QEMU is ended (default: none)
 #   --silence     with --cmd, seconds a guest may show no sign of life before QEMU is ended
-#                 (default 300). Signs of life are console output and the heartbeat the
+#                 (default 600). Signs of life are console output and the heartbeat the
 #                 guest's init writes every 5 s to the debug port (0x402). This ends a guest
 #                 that has stopped (QEMU or the guest kernel hung), never one that is slow:
 #                 without --timeout a command may take as long as it needs.
@@ -51,7 +51,7 @@ MEM=1G
 CMD=''
 HAVE_CMD=0
 TIMEOUT=''
-SILENCE=300
+SILENCE=600
 LOG=''
 APPEND=''
 WAIT_DISKS=0
@@ -69,7 +69,8 @@ while [ $# -gt 0 ]; do
     --vcpus)      need_arg "$1" $#; VCPUS=$2; shift 2 ;;
     --mem)        need_arg "$1" $#; MEM=$2; shift 2 ;;
     --cmd)        need_arg "$1" $#; CMD=$2; HAVE_CMD=1; shift 2 ;;
-    --timeout)    need_arg "$1" $#; TIMEOUT=$2; shift 2 ;;
+    --timeout)    need_arg "$1" $#; [ -z "$TIMEOUT" ] || die "--timeout given twice"
+                  TIMEOUT=$2; shift 2 ;;
     --silence)    need_arg "$1" $#; SILENCE=$2; shift 2 ;;
     --log)        need_arg "$1" $#; LOG=$2; shift 2 ;;
     --append)     need_arg "$1" $#; APPEND="$APPEND $2"; shift 2 ;;
@@ -121,9 +122,15 @@ fi
 
 RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hvstor-boot.XXXXXX")
 QPID=''
+# Ends QEMU: TERM, then KILL if it is still there 10 s later (a hung main loop ignores TERM).
+end_qemu() {
+  kill -TERM "$QPID" 2>/dev/null || return 0
+  for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$QPID" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL "$QPID" 2>/dev/null || true
+}
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
-  if [ -n "$QPID" ] && kill -0 "$QPID" 2>/dev/null; then kill "$QPID" 2>/dev/null || true; fi
+  if [ -n "$QPID" ]; then end_qemu; fi
   if [ -n "$QMP" ] && [ -S "$QMP" ]; then rm -f "$QMP"; fi
   rm -rf "$RUN_DIR"
 }
@@ -218,7 +225,7 @@ TPID=$!
 # The watchdog. Ends QEMU (why=...) when the deadline passes, when the guest has shown no
 # sign of life for $SILENCE s, or when the guest reported its status and has not powered
 # off 60 s later (its status stands; a warning says so).
-life() { stat -c %s "$CONSOLE" "$HEARTBEAT" 2>/dev/null | tr '\n' ' '; }
+life() { { stat -c %s "$CONSOLE" "$HEARTBEAT" 2>/dev/null || true; } | tr '\n' ' '; }
 why='' seen=$(life) seen_at=$SECONDS began=$SECONDS reported_at=''
 while kill -0 "$QPID" 2>/dev/null; do
   sleep 1
@@ -231,11 +238,7 @@ while kill -0 "$QPID" 2>/dev/null; do
     if [ $((SECONDS - reported_at)) -ge 60 ]; then why=poweroff; break; fi
   fi
 done
-if [ -n "$why" ]; then
-  kill -TERM "$QPID" 2>/dev/null || true
-  for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$QPID" 2>/dev/null || break; sleep 1; done
-  kill -KILL "$QPID" 2>/dev/null || true
-fi
+[ -z "$why" ] || end_qemu
 rc=0
 wait "$QPID" || rc=$?
 QPID=''
