@@ -38,7 +38,7 @@ sync
 echo "LUN1SUM $(sha256sum $B | cut -d' ' -f1)"
 SH
 
-boot_guest --log "${DISK_TEST_LOG:-$WORK/console.log}" --kernel "$KERNEL" --vcpus 8 --mem 1G --timeout 900 --wait-disks 2 --cmd "$GUEST_CMD" \
+boot_guest --log "${DISK_TEST_LOG:-$WORK/console.log}" --kernel "$KERNEL" --vcpus 8 --mem 1G --wait-disks 2 --cmd "$GUEST_CMD" \
   -- -device hv-storvsc,id=scsi0 \
      -device hv-disk,bus=scsi0.0,lun=0,file="$WORK/lun0.img" \
      -device hv-disk,bus=scsi0.0,lun=1,file="$WORK/lun1.img"

@@ -1,24 +1,27 @@
 # Per-IO latency attribution (trace = on) end to end: one QD1 libaio writer on a fixed
-# 50 ms hv-disk, nothing else running. The guest's block and SCSI tracepoints and QEMU's
-# SRB records must account for fio's mean completion latency: the parts sum to it within 5%
-# (what is left is fio's own time between its clock and the syscalls: 0.1-0.8 ms under TCG,
-# depending on how busy the machine is, so the device is slow enough for that to stay under
-# 2%). The host part must hold the model's 50 ms; the report must show the table and plot.
+# 200 ms hv-disk, nothing else running. The guest's block and SCSI tracepoints and QEMU's
+# SRB records must account for fio's mean completion latency: the parts sum to it within 5%.
+# What is left is fio's own time between its clock and the syscalls, with the guest's wake-up
+# after each completion: 0.1-0.8 ms under TCG on an idle machine and 3.5 ms measured on a
+# busy one, so the device is slow enough for that to stay near 2% (it was 50 ms, where a
+# busy machine measured -6.9%). The host part must hold the model's 200 ms; the report must
+# show the table and plot.
 . "$(dirname "$0")/../boot-lib.sh"
 
-cat > "$WORK/attrib.exp" <<'SPEC'
+cat > "$WORK/attrib.exp" <<SPEC
 [experiment]
-description = attribution check: one QD1 writer on a fixed 50 ms device
+description = attribution check: one QD1 writer on a fixed 200 ms device
 vcpus       = 2
 mem         = 512M
 repetitions = 1
-perf        = latency=50ms
+perf        = latency=200ms
 trace       = on
+timeout     = $HANG_GUARD
 fio = <<END
 [global]
 direct=1
 time_based=1
-runtime=10
+runtime=30
 [qd1]
 ioengine=libaio
 iodepth=1
@@ -47,9 +50,9 @@ clat = [f["mean"] for f in s["figures"] if f["job"] == "qd1" and f["metric"] == 
 traced = sum(v for k, v in p.items() if k != "n")
 print(f"  {p['n']} requests traced; parts {', '.join(f'{k} {v:.3f}' for k, v in p.items() if k != 'n')} ms")
 print(f"  traced {traced:.3f} ms, fio's mean completion latency {clat:.3f} ms ({(traced / clat - 1) * 100:+.1f}%)")
-ok = p["n"] >= 100 and abs(traced / clat - 1) <= 0.05 and p["host"] >= 50.0
+ok = p["n"] >= 100 and abs(traced / clat - 1) <= 0.05 and p["host"] >= 200.0
 sys.exit(0 if ok else 1)
 PY
 }
-check "the parts sum to fio's mean completion latency within 5%, the host part holds the 50 ms" sums
+check "the parts sum to fio's mean completion latency within 5%, the host part holds the 200 ms" sums
 finish

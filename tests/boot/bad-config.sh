@@ -1,11 +1,13 @@
 # Bad device settings are refused at startup with a clear message, not a crash.
 . "$(dirname "$0")/../boot-lib.sh"
 # QEMU with these arguments, its vCPUs stopped: settings it accepts get it to the monitor,
-# which reads "quit" (exit 0), so no clock decides. Output in $out, status in $rc.
+# which reads "quit" (exit 0), so no clock decides; the hang guard ends a QEMU that hangs
+# on its way there (status 124). Output in $out, status in $rc.
 start_qemu() {
   rc=0
-  out=$("$QEMU" -machine q35 -accel tcg -nodefaults -display none -S -monitor stdio \
-        -L /usr/share/seabios -L /usr/share/qemu "$@" 2>&1 <<<quit) || rc=$?
+  out=$(timeout -k 10 "$HANG_GUARD" "$QEMU" -machine q35 -accel tcg -nodefaults -display none \
+        -S -monitor stdio -L /usr/share/seabios -L /usr/share/qemu "$@" 2>&1 <<<quit) || rc=$?
+  [ "$rc" != 124 ] || out="QEMU hung with these settings (ended after ${HANG_GUARD}s): $out"
 }
 expect_refusal() { # message regex, qemu args...
   local re=$1; shift

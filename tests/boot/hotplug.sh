@@ -1,9 +1,10 @@
 # Hot plug over QMP on a running stock 6.12 guest (2 vCPUs, one controller, one disk):
 # device_add of a second hv-disk shows up in the guest as a new sd device, fio writes and
 # verifies it, device_del takes it away again, and QEMU stays up and answers QMP. Then a
-# disk whose writes take 10 s is removed with a write in flight: device_del returns and
-# QMP answers while the write is still in the disk's backend, DEVICE_DELETED follows once
-# it is done, and the guest's write ends. Guest lines are matched from their start only: a
+# disk is removed with a write in flight: a stall fault holds the write until device_del
+# releases it into a backend that takes 10 s per write; device_del returns and QMP answers
+# while the write is still there, DEVICE_DELETED follows once it is done, and the guest's
+# write ends. (The 10 s cover only two QMP commands in a row on the host.) Guest lines are matched from their start only: a
 # kernel message (the removed LUN's failed SYNCHRONIZE CACHE) may run on at their end. The host
 # and the guest take turns through markers on the console; every wait ends when its event
 # comes or QEMU ends (the guest's waits have no bound of their own: boot-lib.sh's
@@ -26,13 +27,13 @@ wait_for "$B to go" [ ! -e "/sys/block/$B" ]
 echo "GONE $B"
 dd if=/dev/zero of=/dev/$A bs=64k count=16 oflag=direct 2>/dev/null && echo "FIRST-STILL-WRITABLE"
 echo "LEFT $(ls /sys/block | grep '^sd' | tr '\n' ' ')"
-# Removal under I/O: a disk whose writes take 10 s each is removed while one is in flight.
+# Removal under I/O: a disk whose write is held (then takes 10 s) is removed while it is in flight.
 echo "HOTPLUG-READY-FOR-SLOW"
 C=$(wait_lun 2)
 dd if=/dev/zero of=/dev/$C bs=4k count=1 oflag=direct 2>/dev/null &
 DD=$!
-# In flight: the disk counts a write, or dd already ended (then the check on the host fails).
-write_in_flight() { set -- $(cat /sys/block/$C/inflight); [ "$2" -gt 0 ] || ! kill -0 $DD 2>/dev/null; }
+# The fault holds the write until the removal: it stays in flight.
+write_in_flight() { set -- $(cat /sys/block/$C/inflight); [ "$2" -gt 0 ]; }
 wait_for "the write to $C in flight" write_in_flight
 set -- $(cat /sys/block/$C/inflight)
 echo "WRITE-IN-FLIGHT $C $2"
@@ -76,11 +77,12 @@ try:
              if p['type'] == 'child<hv-disk>']
     say('HV-DISKS', ' '.join(sorted(disks)))
     say('D0-STATS', q.command('qom-get', path='/machine/peripheral/d0', property='stats'))
-    # device_del does not wait for the disk's requests: QMP answers while the removed
-    # disk's 10 s write is still in its backend, and DEVICE_DELETED comes once it is done.
+    # device_del does not wait for the disk's requests: it releases the held write into the
+    # backend (10 s a write), QMP answers meanwhile, and DEVICE_DELETED comes once it is done.
     q.wait_until(lambda: console_has(console, 'HOTPLUG-READY-FOR-SLOW'), alive)
     q.command('device_add', driver='hv-disk', id='slow', bus='scsi0.0', lun=2,
-              backend='ram', size=16 << 20, perf='latency.write=10s')
+              backend='ram', size=16 << 20, perf='latency.write=10s',
+              fault='stall=hold,ops=write')
     q.wait_until(lambda: console_has(console, 'HOTPLUG-READY-FOR-SLOW-DEL'), alive)
     q.command('device_del', id='slow')
     try:

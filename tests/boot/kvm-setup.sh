@@ -11,20 +11,25 @@ eval "$(bash "$HVSTOR_ROOT/scripts/guest-assets.sh" debian-6.12 | tail -n 2)"
   -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 panic=-1" \
   -device hv-storvsc,id=s -device hv-disk,bus=s.0,backend=null,size=1G </dev/null >"$OUT" 2>&1 &
 QPID=$!
-# The guest runs until it has connected to VMBus or failed, or QEMU ends. No clock decides
-# how far it gets: only a guest that has printed nothing for 300 s counts as stuck.
+trap 'kill -KILL "$QPID" 2>/dev/null; rm -rf "$OUT" "$WORK"' EXIT
+# The guest runs until it has connected to VMBus, failed, or reached its init's shell, or
+# QEMU ends. No clock decides how far it gets: a guest that printed nothing for 600 s has
+# stopped, and the hang guard ends one that keeps printing without getting anywhere.
 ended() {
-  grep -aq -E 'Vmbus version|KVM internal error|emulation failure|Kernel panic' "$OUT" ||
-    ! kill -0 "$QPID" 2>/dev/null
+  grep -aq -E 'Vmbus version|KVM internal error|emulation failure|Kernel panic|hvstor-init: no /hvstor/cmd' \
+    "$OUT" || ! kill -0 "$QPID" 2>/dev/null
 }
-size=-1 quiet=0
+size=-1 quiet=0 began=$SECONDS
 until ended; do
   sleep 1
   now=$(stat -c %s "$OUT")
   if [ "$now" = "$size" ]; then quiet=$((quiet + 1)); else size=$now quiet=0; fi
-  [ "$quiet" -lt 300 ] || { echo "  note: the guest printed nothing for 300 s"; break; }
+  [ "$quiet" -lt 600 ] || { echo "  note: the guest printed nothing for 600 s"; break; }
+  [ $((SECONDS - began)) -lt "$HANG_GUARD" ] || { echo "  note: the hang guard ended the guest"; break; }
 done
-kill "$QPID" 2>/dev/null
+kill -TERM "$QPID" 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$QPID" 2>/dev/null || break; sleep 1; done
+kill -KILL "$QPID" 2>/dev/null
 wait "$QPID" 2>/dev/null
 if grep -aq "Could not access KVM\|failed to initialize kvm" "$OUT"; then
   echo "  skip: KVM cannot be initialized here"; exit 77
