@@ -14,6 +14,22 @@ record() { # name rc (77: the test could not run here; not counted as passed)
   else failed=$((failed + 1)); failures+=("$1"); log "FAIL $1"; fi
 }
 
+# gtest_run LINES NAME GUARD CMD...: a gtest binary under its hang guard, the unit tests'
+# only clock. Its whole output goes to $HVSTOR_CACHE/test-logs/NAME.log; shown are its last
+# LINES lines without the per-test RUN/OK lines and, when the guard ended it, the test
+# that hung (the last one started).
+gtest_run() {
+  local lines=$1 log=$HVSTOR_CACHE/test-logs/$2.log guard=$3 rc=0
+  shift 3
+  mkdir -p "$HVSTOR_CACHE/test-logs"
+  timeout -k 10 "$guard" "$@" >"$log" 2>&1 || rc=$?
+  grep -v -E '^\[ +(RUN|OK) +\]|^\[-+\]' "$log" | tail -n "$lines"
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "hung: ended after ${guard}s in $(grep -E '^\[ RUN +\]' "$log" | tail -n 1 | sed -E 's/^\[ RUN +\] //') (log: $log)"
+  fi
+  return "$rc"
+}
+
 # Unit tests, sanitized. UBSan findings abort so that they fail the run.
 UNIT=$HVSTOR_CACHE/build-asan
 if [ ! -f "$UNIT/build.ninja" ]; then
@@ -21,15 +37,15 @@ if [ ! -f "$UNIT/build.ninja" ]; then
     >"$HVSTOR_CACHE/asan-setup.log" 2>&1 || { tail -n 30 "$HVSTOR_CACHE/asan-setup.log"; die "meson setup failed"; }
 fi
 run_logged "building unit tests (ASan/UBSan)" "$HVSTOR_CACHE/asan-build.log" ninja -C "$UNIT"
+ASAN_ENV=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
 for bin in unit-tests storvsp/storvsp-tests capi/capi-tests scsi/scsi-tests perf/perf-tests; do
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    timeout 900 "$UNIT/tests/$bin" --gtest_brief=1 2>&1 | tail -n 25
-  record "$(basename "$bin") (gtest, ASan/UBSan)" "${PIPESTATUS[0]}"
+  gtest_run 25 "asan-$(basename "$bin")" 900 env "${ASAN_ENV[@]}" "$UNIT/tests/$bin"
+  record "$(basename "$bin") (gtest, ASan/UBSan)" $?
 done
 # The storage protocol suite again with every channel turning in an event loop (iothread=).
-HVSTOR_TEST_EVENT_LOOP=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  timeout 900 "$UNIT/tests/unit-tests" --gtest_brief=1 --gtest_filter='StorvspTest.*' 2>&1 | tail -n 25
-record "unit-tests, channels in an event loop (gtest, ASan/UBSan)" "${PIPESTATUS[0]}"
+gtest_run 25 asan-unit-tests-event-loop 900 env HVSTOR_TEST_EVENT_LOOP=1 "${ASAN_ENV[@]}" \
+  "$UNIT/tests/unit-tests" --gtest_filter='StorvspTest.*'
+record "unit-tests, channels in an event loop (gtest, ASan/UBSan)" $?
 
 # The threaded tests again under ThreadSanitizer: channel workers, completions from backend
 # threads, vCPUs racing on the control path. Any report fails the run. GCC warns that TSan
@@ -43,12 +59,12 @@ fi
 run_logged "building threaded tests (TSan)" "$HVSTOR_CACHE/tsan-build.log" \
   ninja -C "$TSAN" tests/unit-tests tests/storvsp/storvsp-tests tests/capi/capi-tests
 for bin in unit-tests storvsp/storvsp-tests capi/capi-tests; do
-  TSAN_OPTIONS=halt_on_error=1:exitcode=66 timeout 1800 "$TSAN/tests/$bin" --gtest_brief=1 2>&1 | tail -n 40
-  record "$(basename "$bin") (gtest, TSan)" "${PIPESTATUS[0]}"
+  gtest_run 40 "tsan-$(basename "$bin")" 1800 env TSAN_OPTIONS=halt_on_error=1:exitcode=66 "$TSAN/tests/$bin"
+  record "$(basename "$bin") (gtest, TSan)" $?
 done
-HVSTOR_TEST_EVENT_LOOP=1 TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
-  timeout 1800 "$TSAN/tests/unit-tests" --gtest_brief=1 --gtest_filter='StorvspTest.*' 2>&1 | tail -n 40
-record "unit-tests, channels in an event loop (gtest, TSan)" "${PIPESTATUS[0]}"
+gtest_run 40 tsan-unit-tests-event-loop 1800 env HVSTOR_TEST_EVENT_LOOP=1 TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
+  "$TSAN/tests/unit-tests" --gtest_filter='StorvspTest.*'
+record "unit-tests, channels in an event loop (gtest, TSan)" $?
 
 # House rule: no function over 80 lines in the device without a "Long:" reason above it.
 python3 "$HVSTOR_ROOT/tests/lint/function_length.py" --max 80 "$HVSTOR_ROOT/hw" "$HVSTOR_ROOT/backend" | tail -n 20
