@@ -78,7 +78,7 @@ def boot_args(plan, v, run_dir, qemu):
         args += ["--modules", var.modules]
     args += ["--vcpus", str(var.vcpus), "--mem", var.mem, "--timeout", str(var.timeout),
              "--wait-disks", str(var.wait_disks), "--log", os.path.join(run_dir, "console.log"),
-             "--results", os.path.join(run_dir, "results"), "--append", "hvstor.wait_secs=30"]
+             "--results", os.path.join(run_dir, "results")]
     if var.ko:
         args += ["--ko", var.ko]
     if var.append:
