@@ -109,7 +109,7 @@ main() {
     ( cd "$BUILD" && run_logged "configuring QEMU" "$BUILD/configure.log" "$SRC/configure" "${CONFIGURE_ARGS[@]}" )
   fi
   # Incremental: a second or two when nothing changed.
-  run_logged "building QEMU (3-5 minutes from scratch on 2 cores)" "$BUILD/build.log" \
+  run_logged "building QEMU (about 10-15 minutes from scratch on 2 cores)" "$BUILD/build.log" \
     ninja -C "$BUILD" qemu-system-x86_64
   [ -x "$BIN" ] || die "no QEMU binary at $BIN"
   log "QEMU ready in $((SECONDS - start))s"
