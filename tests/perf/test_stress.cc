@@ -96,6 +96,23 @@ public:
     std::atomic<uint64_t> total{0};
 };
 
+// A 4 KiB request of op per entry of reqs, all on buf and completing to sink: the batch.
+template <typename Reqs>
+std::vector<Request*> batch_of(Reqs& reqs, Op op, std::vector<uint8_t>& buf, backend::CompletionSink& sink) {
+    std::vector<Request*> batch;
+    for (auto& tr : reqs) {
+        tr.iov = {buf.data(), 4096};
+        tr.req.op = op;
+        tr.req.length = 4096;
+        tr.req.iov = &tr.iov;
+        tr.req.iovcnt = 1;
+        tr.req.done = &sink;
+        tr.req.opaque = &tr;
+        batch.push_back(&tr.req);
+    }
+    return batch;
+}
+
 // Many submitters, small caps, every queue discipline and both kinds of inner backend.
 void stress(const std::string& settings, bool async_inner) {
     ModelConfig cfg;
@@ -203,17 +220,7 @@ TEST(PerfStress, DestroyWithQueuedWork) {
             std::deque<Tracked> reqs(1000);
             std::vector<uint8_t> buf(4096);
             Counter sink;
-            std::vector<Request*> batch;
-            for (auto& tr : reqs) {
-                tr.iov = {buf.data(), 4096};
-                tr.req.op = Op::Read;
-                tr.req.length = 4096;
-                tr.req.iov = &tr.iov;
-                tr.req.iovcnt = 1;
-                tr.req.done = &sink;
-                tr.req.opaque = &tr;
-                batch.push_back(&tr.req);
-            }
+            const auto batch = batch_of(reqs, Op::Read, buf, sink);
             disk->submit(batch);
             if (!host_clock) {
                 EXPECT_EQ(sink.total.load(), 0u) << "nothing is due before the clock moves";
@@ -253,17 +260,7 @@ TEST(PerfStress, HostClockHoldsTheCap) {
     Loop loop(*disk);
     std::vector<Tracked> reqs(16);
     std::vector<uint8_t> buf(4096);
-    std::vector<Request*> batch;
-    for (auto& tr : reqs) {
-        tr.iov = {buf.data(), 4096};
-        tr.req.op = Op::Write;
-        tr.req.length = 4096;
-        tr.req.iov = &tr.iov;
-        tr.req.iovcnt = 1;
-        tr.req.done = &loop;
-        tr.req.opaque = &tr;
-        batch.push_back(&tr.req);
-    }
+    const auto batch = batch_of(reqs, Op::Write, buf, loop);
     disk->submit(batch);
     // The cap on the host clock: over any stretch of time, at most 2000 IOs a second were
     // issued, plus the limiter's bucket (2, its depth of 1 ms at this rate, or two IOs)
@@ -288,17 +285,7 @@ TEST(PerfStress, CostPerIo) {
     Counter sink;
     std::vector<Tracked> reqs(32);
     std::vector<uint8_t> buf(4096);
-    std::vector<Request*> batch;
-    for (auto& tr : reqs) {
-        tr.iov = {buf.data(), 4096};
-        tr.req.op = Op::Write;
-        tr.req.length = 4096;
-        tr.req.iov = &tr.iov;
-        tr.req.iovcnt = 1;
-        tr.req.done = &sink;
-        tr.req.opaque = &tr;
-        batch.push_back(&tr.req);
-    }
+    const auto batch = batch_of(reqs, Op::Write, buf, sink);
     constexpr int kRounds = 20000;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kRounds; i++) disk->submit(batch);
