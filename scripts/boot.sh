@@ -10,8 +10,12 @@
 #   --modules     lib/modules/<version> tree for a bzImage path
 #   --vcpus       guest CPUs (default 2); --mem guest memory (default 1G)
 #   --cmd         shell command run in the guest (busybox sh -c); its console output is
-#                 printed and its exit status is this script's. Without --cmd the guest
-#                 starts an interactive shell on this terminal (Ctrl-A X quits QEMU).
+#                 printed and its exit status is this script's. Kernel messages from while
+#                 it ran come in the same output as whole lines ("[  12.345678] text"), a
+#                 little after the moment they were logged (the guest's init forwards them
+#                 from /dev/kmsg so that they never cut a line of the command's in two).
+#                 Without --cmd the guest starts an interactive shell on this terminal
+#                 (Ctrl-A X quits QEMU).
 #   --timeout     a deadline: seconds before QEMU is ended (default: none)
 #   --silence     with --cmd, seconds a guest may show no sign of life before QEMU is ended
 #                 (default 600). Signs of life are console output and the heartbeat the
