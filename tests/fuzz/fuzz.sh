@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz, docs/fuzzing.md) and runs them.
 #
-#   tests/fuzz/fuzz.sh [TARGET...] [--time S | --runs N | --ci] [--seeds-only] [--coverage]
+#   tests/fuzz/fuzz.sh [TARGET...] [--time S | --runs N | --ci] [--fork J] [--seeds-only] [--coverage]
 #
 #   TARGET        vmbus_messages, ring, storvsp_packets, scsi_cdb, perf_config (default: all)
 #   --time S      run each target for S seconds (default 60)
 #   --runs N      run each target for N inputs instead
 #   --ci          the fixed number of inputs per target that ./hvstor test runs
+#   --fork J      J libFuzzer jobs at a time, each in a fresh process (libFuzzer's -fork), for
+#                 long runs: ASan keeps some memory per input, which over about 2 million
+#                 inputs in one process reaches the RSS limit. A crash, a timeout or an
+#                 out-of-memory input still ends the run and is saved.
 #   --seeds-only  start from the checked-in seeds (tests/fuzz/corpus) and keep no new inputs;
 #                 otherwise the corpus grows in $HVSTOR_CACHE/fuzz-corpus/TARGET
 #   --coverage    then line coverage of each target's sources over its corpus (a second build,
@@ -30,12 +34,13 @@ declare -A SOURCES=(
   [perf_config]="backend/perf/config.cc backend/perf/values.cc backend/perf/keys.cc backend/perf/profiles.cc"
 )
 
-targets=() mode=time value=60 seeds_only=0 coverage=0
+targets=() mode=time value=60 seeds_only=0 coverage=0 fork=0
 while [ $# -gt 0 ]; do
   case $1 in
     --time) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || die "--time wants seconds"; mode=time value=$2; shift 2 ;;
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || die "--runs wants a count"; mode=runs value=$2; shift 2 ;;
     --ci) mode=ci; shift ;;
+    --fork) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--fork wants a number of jobs"; fork=$2; shift 2 ;;
     --seeds-only) seeds_only=1; shift ;;
     --coverage) coverage=1; shift ;;
     -h|--help) usage ;;
@@ -83,6 +88,8 @@ for t in "${targets[@]}"; do
     runs) limit=(-runs="$value") ;;
     ci) limit=(-runs="${CI_RUNS[$t]}") ;;
   esac
+  # In fork mode libFuzzer would go on past timeouts and out-of-memory inputs by default.
+  [ "$fork" = 0 ] || limit+=(-fork="$fork" -ignore_crashes=0 -ignore_timeouts=0 -ignore_ooms=0)
   logf=$HVSTOR_CACHE/fuzz-logs/$t.log
   ls -A "$art" >"$tmp/before"
   log "fuzzing $t (${limit[*]}; log: $logf)"
@@ -94,12 +101,14 @@ for t in "${targets[@]}"; do
   rc=$?
   wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   inputs=$(stat number_of_executed_units "$logf")
+  # Fork mode prints no final stats: its last progress line has the inputs of all jobs.
+  [ -n "$inputs" ] || inputs=$(last_cov "$logf" | sed -E 's/^#([0-9]+).*/\1/')
   new=$(ls -A "$art" | grep -vxF -f "$tmp/before" || true)
   cov=$(last_cov "$logf")
   printf '%-16s %9s inputs %7s exec/s  cov %5s  ft %6s  corpus %5s  rss %s MB  %5s s\n' "$t" \
     "${inputs:-?}" "$(awk -v n="${inputs:-0}" -v w="$wall" 'BEGIN { printf "%d", (w > 0 ? n / w : 0) }')" \
     "$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$cov")" "$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$cov")" \
-    "$(sed -n 's/.*corp: \([0-9]*\).*/\1/p' <<<"$cov")" "$(stat peak_rss_mb "$logf")" "$wall"
+    "$(sed -n 's/.*corp: \([0-9]*\).*/\1/p' <<<"$cov")" "$(rss=$(stat peak_rss_mb "$logf"); echo "${rss:-?}")" "$wall"
   if [ "$rc" != 0 ] || [ -n "$new" ]; then
     failed+=("$t")
     grep -E 'ERROR: |SUMMARY: |fuzz check failed|Test unit written' "$logf" | head -n 8 >&2
