@@ -6,7 +6,12 @@ lines from a guest's output and prints one requested figure.
   FIELD: read.iops | write.iops | read.clat_mean_us | write.clat_mean_us | read.clat_p50_us
 """
 import json
+import re
 import sys
+
+# A kernel message logged while fio ran comes as a whole line of its own (guest-scripts/init
+# forwards them so), maybe inside a block: it is not part of the JSON.
+KERNEL_LINE = re.compile(r"^\[ *[0-9]+\.[0-9]{6}\] ")
 
 
 def blocks(path):
@@ -19,7 +24,7 @@ def blocks(path):
             elif line == "FIO-JSON-END" and cur is not None:
                 yield name, json.loads("\n".join(cur))
                 cur = None
-            elif cur is not None:
+            elif cur is not None and not KERNEL_LINE.match(line):
                 cur.append(line)
 
 

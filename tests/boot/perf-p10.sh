@@ -16,7 +16,7 @@
 . "$(dirname "$0")/../boot-lib.sh"
 
 P10="profile=premium-p10,,burst=off"
-export HVSTOR_BOOT_QUIET=1 # kernel messages would interleave with the JSON
+export HVSTOR_BOOT_QUIET=1 # few kernel messages: the guest's time goes to fio
 FIO_COMMON="--filename=/dev/sda --direct=1 --ioengine=libaio --bs=4k --size=1G --output-format=json"
 FIGURE="python3 $HVSTOR_ROOT/tests/fio-json.py"
 read -r -d '' GUEST <<SH
