@@ -26,6 +26,16 @@ boot_guest() {
   BOOT_RC=0
   bash "$HVSTOR_ROOT/scripts/boot.sh" --qemu "$QEMU" --timeout "$HANG_GUARD" "$@" >"$OUT" 2>&1 ||
     BOOT_RC=$?
+  keep_failed_boot
+}
+
+# A test that boots more than once overwrites $OUT: the end of each failed boot's output is
+# kept here for finish().
+keep_failed_boot() {
+  BOOTS=$((${BOOTS:-0} + 1))
+  [ "$BOOT_RC" = 0 ] && return 0
+  { echo "---- boot $BOOTS of this test ended with status $BOOT_RC; its last 80 lines ----"
+    tail -n 80 "$OUT"; } >>"$WORK/failed-boots"
 }
 
 # boot_with_host_side PROGRAM SOCK CONSOLE [HOST_ARG...] -- BOOT_ARG...
@@ -59,6 +69,7 @@ boot_with_host_side() {
   wait "$boot_pid" || BOOT_RC=$?
   sed 's/^/host: /' "$host_out" >>"$OUT"
   rm -f "$host_out"
+  keep_failed_boot
   # The boot was ended with its output: keep what the guest got to (did it end, or QEMU?).
   if [ "$HOST_RC" != 0 ] && [ -f "$console" ]; then
     tail -n 40 "$console" | tr -d '\r' | sed 's/^/console: /' >>"$OUT"
@@ -82,6 +93,7 @@ count_is() { [ "$(grep -c -E -- "$1" "$OUT")" = "$2" ]; }
 finish() {
   if [ "$fails" -gt 0 ]; then
     echo "---- guest output ----"; tail -n 60 "$OUT"; echo "----"
+    [ "${BOOTS:-0}" -le 1 ] || [ ! -f "$WORK/failed-boots" ] || cat "$WORK/failed-boots"
     exit 1
   fi
   exit 0
