@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz, docs/fuzzing.md) and runs them.
 #
-#   tests/fuzz/fuzz.sh [TARGET...] [--time S | --runs N | --ci] [--fork J] [--seeds-only] [--coverage]
+#   tests/fuzz/fuzz.sh [TARGET...] [--time S | --runs N | --ci] [--seeds-only] [--coverage]
 #
 #   TARGET        vmbus_messages, ring, storvsp_packets, scsi_cdb, perf_config (default: all)
 #   --time S      run each target for S seconds (default 60)
-#   --runs N      run each target for N inputs instead
+#   --runs N      run each target for N inputs instead (0: none, for --coverage of the corpus)
 #   --ci          the fixed number of inputs per target that ./hvstor test runs
-#   --fork J      J libFuzzer jobs at a time, each in a fresh process (libFuzzer's -fork), for
-#                 long runs: ASan keeps some memory per input, which over about 2 million
-#                 inputs in one process reaches the RSS limit. A crash, a timeout or an
-#                 out-of-memory input still ends the run and is saved.
 #   --seeds-only  start from the checked-in seeds (tests/fuzz/corpus) and keep no new inputs;
 #                 otherwise the corpus grows in $HVSTOR_CACHE/fuzz-corpus/TARGET
 #   --coverage    then line coverage of each target's sources over its corpus (a second build,
 #                 with -fprofile-instr-generate -fcoverage-mapping)
+#
+# A target runs in processes of at most a million inputs each, one after the other on the same
+# corpus: ASan keeps about 1 KB per input of storvsp_packets, which in one process would reach
+# the RSS limit after about 2 million. Each process's end is shown with the inputs so far.
 #
 # Prints per target the inputs run, exec/s and libFuzzer's cov/ft figures. Crashes, leaks,
 # timeouts and out-of-memory inputs are saved in $HVSTOR_CACHE/fuzz-artifacts/TARGET/; the
@@ -24,6 +24,8 @@ set -uo pipefail
 
 ALL=(vmbus_messages ring storvsp_packets scsi_cdb perf_config)
 # --ci: about 2-3 minutes for all five on two cores (figures in docs/fuzzing.md).
+# Inputs per process (see above).
+SEGMENT=${HVSTOR_FUZZ_SEGMENT:-1000000}
 declare -A CI_RUNS=([vmbus_messages]=15000 [ring]=50000 [storvsp_packets]=10000 [scsi_cdb]=30000 [perf_config]=200000)
 # The sources each target is about, for --coverage.
 declare -A SOURCES=(
@@ -34,13 +36,12 @@ declare -A SOURCES=(
   [perf_config]="backend/perf/config.cc backend/perf/values.cc backend/perf/keys.cc backend/perf/profiles.cc"
 )
 
-targets=() mode=time value=60 seeds_only=0 coverage=0 fork=0
+targets=() mode=time value=60 seeds_only=0 coverage=0
 while [ $# -gt 0 ]; do
   case $1 in
-    --time) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || die "--time wants seconds"; mode=time value=$2; shift 2 ;;
+    --time) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--time wants seconds"; mode=time value=$2; shift 2 ;;
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || die "--runs wants a count"; mode=runs value=$2; shift 2 ;;
     --ci) mode=ci; shift ;;
-    --fork) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--fork wants a number of jobs"; fork=$2; shift 2 ;;
     --seeds-only) seeds_only=1; shift ;;
     --coverage) coverage=1; shift ;;
     -h|--help) usage ;;
@@ -84,31 +85,50 @@ for t in "${targets[@]}"; do
   if [ "$seeds_only" = 1 ]; then work=$tmp/corpus-$t; else work=$HVSTOR_CACHE/fuzz-corpus/$t; fi
   mkdir -p "$work"
   case $mode in
-    time) limit=(-max_total_time="$value") ;;
-    runs) limit=(-runs="$value") ;;
-    ci) limit=(-runs="${CI_RUNS[$t]}") ;;
+    ci) runs=${CI_RUNS[$t]} secs= ;;
+    runs) runs=$value secs= ;;
+    time) runs= secs=$value ;;
   esac
-  # In fork mode libFuzzer would go on past timeouts and out-of-memory inputs by default.
-  [ "$fork" = 0 ] || limit+=(-fork="$fork" -ignore_crashes=0 -ignore_timeouts=0 -ignore_ooms=0)
+  [ "$runs" != 0 ] || { log "$t: --runs 0, nothing fuzzed"; continue; }
   logf=$HVSTOR_CACHE/fuzz-logs/$t.log
+  : >"$logf"
   ls -A "$art" >"$tmp/before"
-  log "fuzzing $t (${limit[*]}; log: $logf)"
-  start=$(date +%s.%N)
-  # New inputs go to the first directory; the seeds are only read. -timeout is the targets'
-  # only clock (a request never answered hangs the input); -rss_limit_mb catches growth.
-  ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$t" "${limit[@]}" -timeout=60 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" >"$logf" 2>&1
-  rc=$?
+  log "fuzzing $t (${runs:+$runs inputs}${secs:+$secs s}; log: $logf)"
+  start=$(date +%s.%N) inputs=0 rss=0 proc=0 rc=0
+  while :; do
+    limit=(-runs="$SEGMENT")
+    if [ -n "$runs" ]; then
+      [ "$inputs" -lt "$runs" ] || break
+      [ $((runs - inputs)) -ge "$SEGMENT" ] || limit=(-runs=$((runs - inputs)))
+    else
+      left=$(awk -v a="$start" -v b="$(date +%s.%N)" -v s="$secs" 'BEGIN { printf "%d", s - (b - a) }')
+      [ "$left" -gt 0 ] || break
+      limit+=(-max_total_time="$left")
+    fi
+    [ "$proc" = 0 ] || log "$t: $inputs inputs so far, peak rss $rss MB; process $((proc + 1)) starts"
+    proc=$((proc + 1))
+    # New inputs go to the first directory; the seeds are only read. -timeout is the targets'
+    # only clock (a request never answered hangs the input); -rss_limit_mb catches growth.
+    ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$t" "${limit[@]}" -timeout=60 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" >"$tmp/process.log" 2>&1
+    rc=$?
+    cat "$tmp/process.log" >>"$logf"
+    n=$(stat number_of_executed_units "$tmp/process.log")
+    [ -n "$n" ] || n=$(last_cov "$tmp/process.log" | sed -E 's/^#([0-9]+).*/\1/')
+    inputs=$((inputs + ${n:-0}))
+    r=$(stat peak_rss_mb "$tmp/process.log")
+    [ "${r:-0}" -le "$rss" ] || rss=$r
+    [ "$rc" = 0 ] || break
+    [ "${n:-0}" -gt 0 ] || { log "$t: process $proc ran no input (log: $logf)"; rc=1; break; }
+    [ "$(ls -A "$art" | grep -cvxF -f "$tmp/before")" = 0 ] || break
+  done
   wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  inputs=$(stat number_of_executed_units "$logf")
-  # Fork mode prints no final stats: its last progress line has the inputs of all jobs.
-  [ -n "$inputs" ] || inputs=$(last_cov "$logf" | sed -E 's/^#([0-9]+).*/\1/')
   new=$(ls -A "$art" | grep -vxF -f "$tmp/before" || true)
   cov=$(last_cov "$logf")
   printf '%-16s %9s inputs %7s exec/s  cov %5s  ft %6s  corpus %5s  rss %s MB  %5s s\n' "$t" \
-    "${inputs:-?}" "$(awk -v n="${inputs:-0}" -v w="$wall" 'BEGIN { printf "%d", (w > 0 ? n / w : 0) }')" \
+    "$inputs" "$(awk -v n="$inputs" -v w="$wall" 'BEGIN { printf "%d", (w > 0 ? n / w : 0) }')" \
     "$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$cov")" "$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$cov")" \
-    "$(sed -n 's/.*corp: \([0-9]*\).*/\1/p' <<<"$cov")" "$(rss=$(stat peak_rss_mb "$logf"); echo "${rss:-?}")" "$wall"
+    "$(sed -n 's/.*corp: \([0-9]*\).*/\1/p' <<<"$cov")" "$rss" "$wall"
   if [ "$rc" != 0 ] || [ -n "$new" ]; then
     failed+=("$t")
     grep -E 'ERROR: |SUMMARY: |fuzz check failed|Test unit written' "$logf" | head -n 8 >&2
