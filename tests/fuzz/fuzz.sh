@@ -14,7 +14,8 @@
 #
 # A target runs in processes of at most a million inputs each, one after the other on the same
 # corpus: ASan keeps about 1 KB per input of storvsp_packets, which in one process would reach
-# the RSS limit after about 2 million. Each process's end is shown with the inputs so far.
+# the RSS limit after about 2 million. Each further process's start is shown with the inputs
+# so far.
 #
 # Prints per target the inputs run, exec/s and libFuzzer's cov/ft figures. Crashes, leaks,
 # timeouts and out-of-memory inputs are saved in $HVSTOR_CACHE/fuzz-artifacts/TARGET/; the
@@ -94,7 +95,7 @@ for t in "${targets[@]}"; do
   : >"$logf"
   ls -A "$art" >"$tmp/before"
   log "fuzzing $t (${runs:+$runs inputs}${secs:+$secs s}; log: $logf)"
-  start=$(date +%s.%N) inputs=0 rss=0 proc=0 rc=0
+  start=$(date +%s.%N) inputs=0 rss=0 proc=0 rc=0 new=
   while :; do
     limit=(-runs="$SEGMENT")
     if [ -n "$runs" ]; then
@@ -118,12 +119,11 @@ for t in "${targets[@]}"; do
     inputs=$((inputs + ${n:-0}))
     r=$(stat peak_rss_mb "$tmp/process.log")
     [ "${r:-0}" -le "$rss" ] || rss=$r
-    [ "$rc" = 0 ] || break
+    new=$(ls -A "$art" | grep -vxF -f "$tmp/before")
+    [ "$rc" = 0 ] && [ -z "$new" ] || break
     [ "${n:-0}" -gt 0 ] || { log "$t: process $proc ran no input (log: $logf)"; rc=1; break; }
-    [ "$(ls -A "$art" | grep -cvxF -f "$tmp/before")" = 0 ] || break
   done
   wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  new=$(ls -A "$art" | grep -vxF -f "$tmp/before" || true)
   cov=$(last_cov "$logf")
   printf '%-16s %9s inputs %7s exec/s  cov %5s  ft %6s  corpus %5s  rss %s MB  %5s s\n' "$t" \
     "$inputs" "$(awk -v n="$inputs" -v w="$wall" 'BEGIN { printf "%d", (w > 0 ? n / w : 0) }')" \
