@@ -373,6 +373,54 @@ TEST_F(StorvspTest, CheckConditionCarriesSense) {
     EXPECT_EQ(r.pkt.srb.cdb_or_sense[12], 0x21) << "LBA out of range";
 }
 
+// An SRB for max-transfer bytes at an unaligned buffer, as Linux sends it: one range of
+// 2049 pfns, a 16.5 KiB packet for 8 MiB. The channel takes it and answers (the ring once
+// refused packets over 8 KiB as impossible, and the channel stopped for good).
+TEST_F(StorvspTest, LargestTransferAtAnyAlignmentIsOnePacketTheChannelTakes) {
+    ControllerConfig cfg;
+    cfg.max_transfer_bytes = 8u << 20;
+    cfg.max_subchannels = 0;
+    build(cfg);
+    scsi::DiskConfig dc; // the disk's Block Limits allow as much
+    dc.max_transfer_bytes = cfg.max_transfer_bytes;
+    ctl->detach(0);
+    disk = std::make_unique<scsi::Disk>(*ram, dc, *ctl);
+    std::string err;
+    ASSERT_TRUE(ctl->attach(0, disk.get(), err)) << err;
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    EXPECT_GT(max_request_packet(cfg), 16u * 1024);
+    for (const bool write : {true, false}) {
+        const uint32_t len = cfg.max_transfer_bytes, off = 0x200;
+        const uint32_t npfn = (off + len + 4095) / 4096;
+        // More than the guest's RAM: the pfns name 16 buffer pages over and over.
+        VstorPacket v{};
+        v.operation = uint32_t(Operation::ExecuteSrb);
+        v.srb = rw10(write, 0, uint16_t(len / 512));
+        v.srb.length = sizeof v.srb;
+        v.srb.data_transfer_length = len;
+        const uint32_t hdr = 16 + 8 + 8 + npfn * 8;
+        std::vector<uint8_t> body(hdr + sizeof v);
+        const uint32_t ranges = 1;
+        std::memcpy(body.data() + 20, &ranges, 4);
+        std::memcpy(body.data() + 24, &len, 4);
+        std::memcpy(body.data() + 28, &off, 4);
+        for (uint32_t i = 0; i < npfn; i++) {
+            const uint64_t pfn = (kBuf >> 12) + i % 16;
+            std::memcpy(body.data() + 32 + i * 8, &pfn, 8);
+        }
+        std::memcpy(body.data() + hdr, &v, sizeof v);
+        ASSERT_GT(body.size(), 16u * 1024);
+        const uint64_t id = c.next_id++;
+        ASSERT_TRUE(guest.write_packet(c, uint16_t(vmbus::PacketType::DataUsingGpaDirect), id, body, hdr));
+        auto r = guest.wait(c);
+        EXPECT_EQ(r.trans_id, id);
+        EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess) << (write ? "write" : "read");
+        EXPECT_EQ(r.pkt.srb.data_transfer_length, len);
+    }
+    EXPECT_EQ(ctl->stats().bad_packets, 0u);
+}
+
 TEST_F(StorvspTest, BadBuffersAreInvalidRequests) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));

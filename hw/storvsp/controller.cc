@@ -12,6 +12,14 @@ uint64_t preallocated_bytes(const ControllerConfig& cfg) {
     return max_queues(cfg) * cfg.max_outstanding_per_channel * per_request;
 }
 
+uint32_t max_request_packet(const ControllerConfig& cfg) {
+    // Descriptor, reserved word and range count, then per page a range header and its pfn,
+    // then the vstor packet; 8-byte aligned.
+    const uint64_t pages = cfg.max_transfer_bytes / kPageSize + 1;
+    const uint64_t bytes = sizeof(vmbus::PacketDescriptor) + 8 + pages * 16 + sizeof(VstorPacket);
+    return uint32_t(std::max<uint64_t>((bytes + 7) & ~uint64_t{7}, vmbus::kMaxIncomingPacket));
+}
+
 uint64_t max_queues(const ControllerConfig& cfg) {
     // The primary, the subchannels open, and as many again whose close still waits for
     // their requests (a queue that is closing is not reused: see create_subchannels).

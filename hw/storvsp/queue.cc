@@ -74,6 +74,7 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     std::string err;
     vmbus::ChannelRuntime::Options opt;
     opt.inline_rounds = ctl_.cfg_.inline_rounds;
+    opt.max_packet = max_request_packet(ctl_.cfg_);
     const auto& loops = ctl_.cfg_.loops;
     if (!loops.empty()) opt.loop = loops[queue_place(ctl_.cfg_, index_) % loops.size()];
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);

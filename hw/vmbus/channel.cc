@@ -84,10 +84,10 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
 ChannelRuntime::ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out,
                                PacketHandler& handler, ChannelStats& stats, Options opt)
     : host_(host), signal_(req.signal), relid_(req.child_relid),
-      log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": "), target_vp_(req.target_vp), in_(std::move(in)),
+      log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": "), target_vp_(req.target_vp), in_(std::move(in), opt.max_packet),
       out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), stats_(stats),
       opt_(opt) {
-    pkt_.reserve(kMaxIncomingPacket);
+    pkt_.reserve(opt.max_packet);
 }
 
 ChannelRuntime::~ChannelRuntime() {
@@ -213,7 +213,9 @@ void ChannelRuntime::signal_guest() {
 bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
     handler_.on_wake(*this);
     bool did = false;
-    for (uint32_t taken = 0; taken < budget && !broken_ && handler_.can_accept(*this); taken++) {
+    uint32_t taken = 0;
+    // Nothing more is taken once a close asked the channel to stop.
+    for (; taken < budget && !broken_ && !stopping_ && handler_.can_accept(*this); taken++) {
         PacketDescriptor d{};
         auto st = in_.peek(d, pkt_);
         if (st == IncomingRing::Status::Empty) break;
@@ -222,8 +224,9 @@ bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
             // reading this ring rather than guess.
             broken_ = true;
             trace<HVSTOR_TRACE_channel_stopped>(host_, relid_);
-            log_("guest-to-host ring: impossible write index or packet descriptor (type %u offset8 %u len8 %u); "
-                 "the channel stops", unsigned(d.type), unsigned(d.offset8), unsigned(d.len8));
+            log_("guest-to-host ring: impossible write index or packet descriptor (type %u offset8 %u len8 %u; "
+                 "packets of at most %u bytes); the channel stops",
+                 unsigned(d.type), unsigned(d.offset8), unsigned(d.len8), opt_.max_packet);
             break;
         }
         if (inline_round && !handler_.takes_inline(d, pkt_)) break;
@@ -235,7 +238,7 @@ bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
     if (did) handler_.on_batch_end(*this);
     const bool guest_wants_room = in_.commit();
     if (out_.commit() || guest_wants_room) signal_guest();
-    return did;
+    return taken == budget;
 }
 
 ChannelRuntime::After ChannelRuntime::work(std::optional<uint32_t> rounds) {
@@ -243,9 +246,9 @@ ChannelRuntime::After ChannelRuntime::work(std::optional<uint32_t> rounds) {
         if (rounds && (*rounds)-- == 0) return After::Yield;
         stats_.wakeups++;
         rerun_ = false;
-        pump();
+        const bool budget_spent = pump(kWorkerRoundBudget);
         if (stopping_) break;
-        if (rerun_) continue; // completions came during the round
+        if (rerun_ || budget_spent) continue; // completions came during the round, or more packets
         // Unmask, then look again before sleeping: the guest only signals an empty ring
         // becoming non-empty while unmasked.
         in_.set_interrupt_mask(false);

@@ -91,7 +91,7 @@ void Ring::copy_in(uint32_t pos, const void* src, uint32_t len) {
     }
 }
 
-IncomingRing::IncomingRing(RingPages pages) : Ring(std::move(pages)) {
+IncomingRing::IncomingRing(RingPages pages, uint32_t max_packet) : Ring(std::move(pages)), max_packet_(max_packet) {
     // The guest resets both indices before opening; start where it says, if sane.
     const uint32_t r = load(kReadIndex);
     read_ = committed_ = (r < data_size_ && r % 8 == 0) ? r : 0;
@@ -119,7 +119,7 @@ IncomingRing::Status IncomingRing::peek(PacketDescriptor& desc, std::vector<uint
     PacketDescriptor d;
     copy_out(read_, &d, sizeof d);
     const uint32_t len = uint32_t(d.len8) * 8, off = uint32_t(d.offset8) * 8;
-    if (len < sizeof d || off < sizeof d || off > len || len > kMaxIncomingPacket || len + kTrailer > avail) {
+    if (len < sizeof d || off < sizeof d || off > len || len > max_packet_ || len + kTrailer > avail) {
         desc = d; // for the report
         return Status::Corrupt;
     }

@@ -50,6 +50,10 @@ constexpr uint64_t kMaxPreallocatedBytes = 1024ull << 20;
 uint64_t preallocated_bytes(const ControllerConfig& cfg);
 // The most queues (channel objects with their request pools) a controller ever holds.
 uint64_t max_queues(const ControllerConfig& cfg);
+// The largest packet a channel takes from the guest: an SRB for max-transfer bytes at any
+// alignment as a GPA-direct packet, even with every page a range of its own (Linux sends one
+// range). Never less than vmbus::kMaxIncomingPacket.
+uint32_t max_request_packet(const ControllerConfig& cfg);
 // The place of queue `index` among the primary (0) and the max_subchannels subchannels
 // (1..max): its own index, or, for a queue made while the one it stands in for still closes
 // (indexes past max_subchannels), the place it takes, (index - 1) mod max + 1.

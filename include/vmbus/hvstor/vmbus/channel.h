@@ -75,7 +75,16 @@ struct ChannelOptions {
     // (it outlives the runtime), at most a few rounds per turn (kLoopRounds) before the loop's
     // other channels get theirs.
     EventLoop* loop = nullptr;
+    // The largest packet the guest may send, descriptor included: the handler's largest
+    // request. A longer one is an impossible descriptor, and the channel stops.
+    uint32_t max_packet = kMaxIncomingPacket;
 };
+
+// A worker's round takes at most this many packets; then it ends (the handler's batch with
+// it: Controller::detach waits for a batch boundary) and the worker looks at stopping before
+// the next. Without it a guest whose requests all complete at once, and which keeps both
+// rings moving, could keep one round going for good.
+constexpr uint32_t kWorkerRoundBudget = 256;
 
 class ChannelRuntime {
 public:
@@ -131,9 +140,10 @@ private:
     // budget, as the thread mode runs it, never Yield).
     enum class After { Idle, Stopping, Yield };
     After work(std::optional<uint32_t> rounds);
-    // One round: at most `budget` incoming packets; returns true if it took any. An inline
-    // round asks the handler before taking each packet (takes_inline).
-    bool pump(uint32_t budget = UINT32_MAX, bool inline_round = false);
+    // One round: at most `budget` incoming packets; returns true if it took that many (more
+    // may be waiting). An inline round asks the handler before taking each packet
+    // (takes_inline).
+    bool pump(uint32_t budget, bool inline_round = false);
     // run_inline's rounds; whether the worker must take over. noexcept: see channel.cc.
     bool inline_rounds() noexcept;
     void signal_guest();

@@ -31,7 +31,9 @@ struct PacketDescriptor {
 #pragma pack(pop)
 static_assert(sizeof(PacketDescriptor) == 16);
 
-// Largest packet the host accepts from the guest (a GPA-direct SRB for 1 MiB is ~2.2 KiB).
+// Largest packet the host accepts from the guest unless the channel's handler says more
+// (ChannelOptions::max_packet; a GPA-direct SRB for 1 MiB is ~2.2 KiB), and the largest the
+// host writes.
 constexpr uint32_t kMaxIncomingPacket = 8192;
 
 // Guest pages of one ring, mapped for the ring's lifetime.
@@ -77,7 +79,8 @@ class IncomingRing : public Ring {
 public:
     enum class Status { Empty, Ok, Corrupt };
 
-    explicit IncomingRing(RingPages pages);
+    // A packet longer than max_packet bytes (descriptor included) is Corrupt.
+    explicit IncomingRing(RingPages pages, uint32_t max_packet = kMaxIncomingPacket);
 
     // Copies the next packet (descriptor, payload; no trailer) into `out` without
     // consuming it, and its descriptor into `desc`. The descriptor is read from guest
@@ -99,6 +102,7 @@ public:
 
 private:
     uint32_t free_bytes(uint32_t write, uint32_t read) const;
+    uint32_t max_packet_;
     uint32_t read_ = 0;         // ours; the header copy is only for the guest
     uint32_t committed_ = 0;
     uint32_t peeked_len_ = 0;   // bytes of the peeked packet including trailer

@@ -1,0 +1,97 @@
+// A channel's runtime on its own, with a handler that only counts: what one round may take.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "fake_host.h"
+#include "fake_loop.h"
+#include "storvsc_rings.h"
+#include "hvstor/vmbus/channel.h"
+
+using namespace hvstor;
+using namespace hvstor::vmbus;
+using hvstor::test::FakeHost;
+using hvstor::test::StorvscRings;
+
+namespace {
+
+constexpr uint64_t kRings = 0x200000;
+
+// Takes every packet at once, as a handler whose requests all complete inline would, and
+// records how many packets each round's batch had.
+class CountingHandler final : public PacketHandler {
+public:
+    void on_wake(ChannelRuntime&) override {}
+    bool can_accept(ChannelRuntime&) override { return true; }
+    void on_packet(ChannelRuntime&, const PacketDescriptor&, std::span<const uint8_t>) override {
+        batch_++;
+        total.fetch_add(1);
+    }
+    void on_batch_end(ChannelRuntime&) override {
+        largest.store(std::max(largest.load(), batch_));
+        batches.fetch_add(1);
+        batch_ = 0;
+    }
+    void on_stop(ChannelRuntime&) override {}
+
+    std::atomic<uint32_t> total{0}, largest{0}, batches{0};
+
+private:
+    uint32_t batch_ = 0; // the worker's
+};
+
+// `n` small packets queued before the channel opens (the worker's first round finds them all
+// there); the largest batch once the worker took every one.
+void rounds_over_a_full_ring(EventLoop* loop, uint32_t n, CountingHandler& h) {
+    FakeHost host;
+    StorvscRings guest(host, [](StorvscRings::Chan&) {});
+    auto c = guest.rings(1, kRings);
+    const std::vector<uint8_t> body(16 + 8, 0);
+    for (uint32_t i = 0; i < n; i++)
+        ASSERT_TRUE(guest.write_packet(c, uint16_t(PacketType::DataInband), i + 1, body, 16)) << "ring full at " << i;
+
+    std::vector<uint64_t> pfns;
+    for (uint32_t i = 0; i < 2 * StorvscRings::kRingPages; i++) pfns.push_back(kRings / 4096 + i);
+    OpenRequest req;
+    req.child_relid = 1;
+    req.ring_pfns = pfns;
+    req.downstream_page_offset = StorvscRings::kRingPages;
+    req.signal = [](uint32_t) {};
+    ChannelStats stats;
+    ChannelOptions opt;
+    opt.inline_rounds = false;
+    opt.loop = loop;
+    std::string err;
+    auto rt = ChannelRuntime::open(host, req, h, stats, err, opt);
+    ASSERT_TRUE(rt) << err;
+    // No bound of its own: a worker that never takes them all hangs the test, and the
+    // test runner's timeout ends it.
+    while (h.total.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rt.reset();
+}
+
+// A round that took every packet there was would let a guest that keeps the ring full
+// hold one batch open for good (a LUN's detach waits for the batch to end).
+TEST(ChannelTest, WorkerRoundsTakeAtMostTheirBudget) {
+    constexpr uint32_t kPackets = 1000;
+    static_assert(kPackets > 3 * kWorkerRoundBudget);
+    CountingHandler h;
+    rounds_over_a_full_ring(nullptr, kPackets, h);
+    EXPECT_EQ(h.total.load(), kPackets);
+    EXPECT_LE(h.largest.load(), kWorkerRoundBudget);
+    EXPECT_GE(h.batches.load(), (kPackets + kWorkerRoundBudget - 1) / kWorkerRoundBudget);
+}
+
+TEST(ChannelTest, LoopTurnsTakeAtMostTheBudgetPerRound) {
+    constexpr uint32_t kPackets = 1000;
+    hvstor::test::FakeLoop loop;
+    CountingHandler h;
+    rounds_over_a_full_ring(&loop, kPackets, h);
+    EXPECT_EQ(h.total.load(), kPackets);
+    EXPECT_LE(h.largest.load(), kWorkerRoundBudget);
+}
+
+} // namespace
