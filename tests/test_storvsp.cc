@@ -421,6 +421,88 @@ TEST_F(StorvspTest, LargestTransferAtAnyAlignmentIsOnePacketTheChannelTakes) {
     EXPECT_EQ(ctl->stats().bad_packets, 0u);
 }
 
+// A disk added while the guest is still in its handshake: the rescan notice waits for the
+// guest's first SRB after it. Linux queues a notice's work on a workqueue it creates only
+// after the handshake, so a notice before then (it once was the first packet after the open)
+// is a NULL pointer in the guest.
+TEST_F(StorvspTest, RescanNoticeWaitsForTheGuestsFirstSrbAfterTheHandshake) {
+    auto c = open_primary();
+    std::string e;
+    auto r2 = backend::make_ram(1 << 20, e);
+    scsi::Disk d2(*r2, {}, *ctl);
+    ASSERT_TRUE(ctl->attach(1, &d2, e));
+    VstorPacket v{};
+    v.operation = uint32_t(Operation::BeginInitialization);
+    const uint64_t begin = guest.send(c, v);
+    auto r = guest.wait(c);
+    EXPECT_EQ(r.type, uint16_t(vmbus::PacketType::Completion));
+    EXPECT_EQ(r.trans_id, begin) << "operation " << r.pkt.operation << " came first";
+    ASSERT_TRUE(guest.handshake(c));
+    EXPECT_FALSE(guest.poll(c)) << "no notice before the guest's first SRB";
+    const uint64_t id = guest.send_srb(c, inquiry(1), kBuf, 96);
+    int notices = 0, answers = 0;
+    while (notices + answers < 2) {
+        r = guest.wait(c);
+        if (r.type == uint16_t(vmbus::PacketType::DataInband) &&
+            r.pkt.operation == uint32_t(Operation::EnumerateBus))
+            notices++;
+        else if (r.trans_id == id)
+            answers++;
+        else
+            ADD_FAILURE() << "unexpected packet, operation " << r.pkt.operation;
+    }
+    EXPECT_EQ(notices, 1);
+    EXPECT_EQ(answers, 1);
+    expect_report_luns(c); // and nothing else came in between
+    ctl->detach(1);
+    r = guest.wait(c);
+    EXPECT_EQ(r.pkt.operation, uint32_t(Operation::EnumerateBus)) << "later notices go at once";
+}
+
+// Hot-plug on one thread while the guest's CREATE_SUB_CHANNELS grows the controller's list
+// of queues on the primary's worker. attach and detach reach the primary without that list
+// (they once read it unlocked while it was being reallocated: ThreadSanitizer).
+TEST_F(StorvspTest, HotPlugWhileSubchannelsAreCreated) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    expect_report_luns(c);
+    std::string e;
+    auto r2 = backend::make_ram(1 << 20, e);
+    scsi::Disk d2(*r2, {}, *ctl);
+    std::atomic<bool> stop{false};
+    std::thread plug([&] {
+        while (!stop.load()) {
+            std::string err;
+            EXPECT_TRUE(ctl->attach(1, &d2, err)) << err;
+            ctl->detach(1);
+        }
+    });
+    for (int i = 0; i < 16; i++) {
+        VstorPacket v{};
+        v.operation = uint32_t(Operation::CreateSubChannels);
+        v.sub_channel_count = 1;
+        const uint64_t id = guest.send(c, v);
+        FakeStorvsc::Completion r;
+        do r = guest.wait(c); // rescan notices come in between
+        while (r.trans_id != id);
+        EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    }
+    stop = true;
+    plug.join();
+    EXPECT_EQ(ctl->stats().subchannels_offered, 16u);
+}
+
+// An OPENCHANNEL whose rings the device cannot map is refused, and the log says why.
+TEST_F(StorvspTest, OpenWithRingsOutsideRamIsRefusedAndLogged) {
+    uint32_t status = 0;
+    EXPECT_FALSE(guest.open(ctl->primary_relid(), FakeHost::kHoleStart, 0x100, &status));
+    EXPECT_EQ(status, vmbus::kStatusInvalidParameter);
+    EXPECT_TRUE(host.logged("OPENCHANNEL refused: ring pages are not guest RAM"));
+    auto c = guest.open(ctl->primary_relid(), kRings, 0x101); // rings in RAM: served
+    ASSERT_TRUE(c);
+    EXPECT_TRUE(guest.handshake(*c));
+}
+
 TEST_F(StorvspTest, BadBuffersAreInvalidRequests) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
@@ -623,6 +705,7 @@ TEST_F(StorvspTest, FullCompletionRingWaitsForTheGuest) {
 TEST_F(StorvspTest, HotAddTellsTheGuestToRescan) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
+    expect_report_luns(c); // the guest's scan: from now on it takes notices
     std::string e;
     auto r2 = backend::make_ram(1 << 20, e);
     scsi::Disk d2(*r2, {}, *ctl);

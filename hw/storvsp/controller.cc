@@ -54,6 +54,7 @@ bool validate(const ControllerConfig& cfg, std::string& err) {
 Controller::Controller(Host& host, vmbus::Bus& bus, const vmbus::Guid& instance, const ControllerConfig& cfg)
     : host_(host), bus_(bus), instance_(instance), cfg_(cfg) {
     channels_.push_back(std::make_unique<Queue>(*this, 0));
+    primary_ = channels_[0].get();
 }
 
 Controller::~Controller() {
@@ -68,12 +69,7 @@ Controller::~Controller() {
     // The closes finish on the queues' closer threads, which call back into this
     // controller: wait for them before any member goes. The primary's first, since its
     // closer withdraws the subchannels (more closes) and its worker may still add one.
-    Queue* primary;
-    {
-        std::lock_guard lock(mu_); // the primary's worker may still be adding a subchannel
-        primary = channels_[0].get();
-    }
-    primary->join_closer();
+    primary_->join_closer();
     std::vector<Queue*> subs;
     {
         std::lock_guard lock(mu_);
@@ -88,13 +84,13 @@ bool Controller::start(std::string& err) {
     info.type = vmbus::kScsiControllerType;
     info.instance = instance_;
     info.subchannel_index = 0;
-    info.handler = channels_[0].get();
+    info.handler = primary_;
     primary_relid_ = bus_.offer(info);
     if (!primary_relid_) {
         err = "no VMBus channel id left";
         return false;
     }
-    channels_[0]->set_relid(primary_relid_);
+    primary_->set_relid(primary_relid_);
     return true;
 }
 
@@ -112,7 +108,7 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
         err = "lun " + std::to_string(lun) + " is already in use";
         return false;
     }
-    channels_[0]->request_enumerate();
+    primary_->request_enumerate();
     return true;
 }
 
@@ -131,7 +127,7 @@ void Controller::detach(uint8_t lun) {
     for (Queue* q : queues) q->wait_batch_boundary();
     // Only once no round can still submit to it.
     if (old && old->submit_may_block()) blocking_disks_.fetch_sub(1);
-    channels_[0]->request_enumerate();
+    primary_->request_enumerate();
 }
 
 scsi::Disk* Controller::lookup(uint8_t path, uint8_t target, uint8_t lun) {

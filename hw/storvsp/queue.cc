@@ -64,12 +64,24 @@ void Queue::request_enumerate() {
     runtime_->wake();
 }
 
+void Queue::notice_may_go() {
+    std::lock_guard lock(mu_);
+    if (runtime_ && enumerate_) runtime_->wake();
+}
+
 uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     std::lock_guard lock(mu_);
     // A previous session's worker may still be draining: its state (the request pool,
     // outstanding_) is not the new one's to share.
     if (runtime_ || closing_) return vmbus::kStatusUnsuccessful;
     state_ = InitState::Start;
+    if (index_ == 0) {
+        // A new session: no handshake yet (a round of the old one that ran on after its
+        // close could have set ready_ again), and its own scan makes any held notice moot.
+        ctl_.ready_ = false;
+        ctl_.srb_seen_ = false;
+        enumerate_ = false;
+    }
     log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
     vmbus::ChannelRuntime::Options opt;
@@ -78,7 +90,9 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     const auto& loops = ctl_.cfg_.loops;
     if (!loops.empty()) opt.loop = loops[queue_place(ctl_.cfg_, index_) % loops.size()];
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);
-    return runtime_ ? vmbus::kStatusSuccess : vmbus::kStatusInvalidParameter;
+    if (runtime_) return vmbus::kStatusSuccess;
+    log_("OPENCHANNEL refused: %s", err.c_str()); // no worker runs: log_ is this thread's
+    return vmbus::kStatusInvalidParameter;
 }
 
 void Queue::on_close(uint32_t, vmbus::CloseDone done) {
@@ -91,7 +105,10 @@ void Queue::on_close(uint32_t, vmbus::CloseDone done) {
     }
     // Nothing is sent on this channel from now on (completions still owed are dropped
     // when they come); requests on subchannels are refused until the guest opens again.
-    if (index_ == 0) ctl_.ready_ = false;
+    if (index_ == 0) {
+        ctl_.ready_ = false;
+        ctl_.srb_seen_ = false;
+    }
     if (rt) rt->request_stop();
     // No reopen before the previous closer finished (closing_), so this joins a thread
     // that has finished or is returning.
@@ -156,9 +173,11 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
     unsent_.erase(unsent_.begin(), unsent_.begin() + std::ptrdiff_t(sent));
     for (IoContext* ctx : done_swap_) complete(ch, ctx);
     done_swap_.clear();
-    // The rescan notice must not take the room of a completion owed: room for all of
-    // them, plus itself.
-    if (enumerate_ && ch.reserve_out((outstanding_ + 1) * kCompletionBytes)) {
+    // The rescan notice waits until the guest can take it (its first SRB after the
+    // handshake: before that, Linux would queue the notice's work on a workqueue it has not
+    // created yet), and must not take the room of a completion owed: room for all of them,
+    // plus itself.
+    if (enumerate_ && ctl_.srb_seen_.load() && ch.reserve_out((outstanding_ + 1) * kCompletionBytes)) {
         VstorPacket p{};
         p.operation = static_cast<uint32_t>(Operation::EnumerateBus);
         if (ch.send(vmbus::PacketType::DataInband, 0, 0,
@@ -263,6 +282,7 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
         if (primary) {
             state_ = InitState::Initializing;
             ctl_.ready_ = false;
+            ctl_.srb_seen_ = false;
         } else {
             status = kStatusInvalidDeviceState;
         }
@@ -442,6 +462,8 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
         reply(ch, d.trans_id, r, len);
         return;
     }
+    if (!ctl_.srb_seen_.load(std::memory_order_relaxed) && !ctl_.srb_seen_.exchange(true))
+        ctl_.primary_->notice_may_go();
     IoContext* ctx = free_.back();
     free_.pop_back();
     outstanding_++;

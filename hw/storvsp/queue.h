@@ -55,7 +55,10 @@ public:
     uint32_t relid() const { return relid_.load(); }
     void set_relid(uint32_t r) { relid_.store(r); }
     bool is_open() const;
+    // The primary's: tell the guest to rescan (ENUMERATE_BUS) once it can take the notice
+    // (Controller::srb_seen_); then notice_may_go() sends one held back.
     void request_enumerate();
+    void notice_may_go();
 
     // From any thread: a command finished.
     void done(IoContext* ctx);

@@ -135,8 +135,13 @@ private:
     // Read on every request by every channel's worker: no lock on that path.
     std::array<std::atomic<scsi::Disk*>, kMaxLuns> luns_{};
     std::vector<std::unique_ptr<Queue>> channels_; // [0] primary
+    // channels_[0], for the paths that take no lock (a worker may be growing channels_).
+    Queue* primary_ = nullptr;
     uint32_t primary_relid_ = 0;
     std::atomic<bool> ready_{false}; // the primary finished the handshake
+    // Since then the guest sent an SRB: it is set up to take a rescan notice (Linux queues the
+    // notice's work on a workqueue it only creates after the handshake, before its first scan).
+    std::atomic<bool> srb_seen_{false};
     // Attached disks whose submits may wait: while there is one, no round runs inline (a
     // vCPU thread must not wait for a disk while it holds the BQL).
     std::atomic<uint32_t> blocking_disks_{0};
