@@ -213,6 +213,38 @@ TEST_F(PartitionTest, SignalEventFastAndSlow) {
     EXPECT_EQ(h.signals, 3);
 }
 
+// Every refused call and every #GP is counted and says why, naming the field and its value.
+// A status the message handler chose is the handler's to report.
+TEST_F(PartitionTest, RefusalsAreLoggedWithTheFieldAndValue) {
+    RecordingHandler h;
+    p.set_message_handler(&h);
+    uint32_t hdr[4] = {1, 0, 1, 241};
+    host.write_gpa(0x200000, hdr, sizeof hdr);
+    p.hypercall(0, 0x5C, 0x200000, 0);
+    EXPECT_TRUE(host.logged("hyperv: VP 0 hypercall control 0x5c input 0x200000: POST_MESSAGE payload_size 241 > 240"));
+    hdr[2] = 0x80000001;
+    hdr[3] = 8;
+    host.write_gpa(0x200000, hdr, sizeof hdr);
+    p.hypercall(0, 0x5C, 0x200000, 0);
+    EXPECT_TRUE(host.logged("POST_MESSAGE message_type 0x80000001 (want 1..0x7fffffff)"));
+    p.hypercall(1, 0x5D | (1u << 16), 77 | (1ull << 48), 0);
+    EXPECT_TRUE(host.logged("hyperv: VP 1 hypercall control 0x1005d input 0x100000000004d: SIGNAL_EVENT reserved bits "
+                            "0x1 (want 0)"));
+    p.hypercall(0, 0x0001, 0, 0);
+    EXPECT_TRUE(host.logged("input 0x0: unknown call code"));
+    p.hypercall(0, 0x5C | (3ull << 32), 0x200000, 0);
+    EXPECT_TRUE(host.logged("rep count 3, rep start 0, variable header 0 (want 0, 0, 0)"));
+    EXPECT_EQ(p.wrmsr(0, msr::kSversion, 2), MsrResult::Fault);
+    EXPECT_TRUE(host.logged("hyperv: VP 0 wrmsr MSR 0x40000081 value 0x2: refused by the SynIC"));
+    uint64_t v;
+    EXPECT_EQ(p.rdmsr(2, 0x40000020, v), MsrResult::Fault);
+    EXPECT_TRUE(host.logged("hyperv: VP 2 rdmsr MSR 0x40000020 value 0x0: not implemented (#GP)"));
+    EXPECT_EQ(p.stats().msr_faults, 2u) << "the SynIC's #GP is counted too";
+    const size_t lines = host.guest_errors.size();
+    EXPECT_EQ(status(p.hypercall(1, 0x5D | (1u << 16), 78, 0)), uint16_t(Status::InvalidConnectionId));
+    EXPECT_EQ(host.guest_errors.size(), lines) << "the handler's refusal";
+}
+
 TEST_F(PartitionTest, HypercallFromUnknownVp) {
     EXPECT_EQ(status(p.hypercall(9, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::InvalidParameter));
 }

@@ -382,6 +382,17 @@ TEST_F(VmbusTest, OpenWithoutDeviceIsRefusedWithStatus) {
     EXPECT_FALSE(server.channel_open(1));
 }
 
+// A message on a connection id the bus does not listen on, and a signal for a channel that
+// is not open, are refused and logged.
+TEST_F(VmbusTest, WrongConnectionIdsAreLogged) {
+    EXPECT_EQ(g.post(0, 3, msg<MsgHeader>(MsgType::RequestOffers)), uint16_t(Status::InvalidConnectionId));
+    EXPECT_TRUE(host.logged("vmbus: POST_MESSAGE connection_id 3 (want 1 or 4)"));
+    EXPECT_EQ(uint16_t(p.hypercall(0, 0x5D | (1u << 16), Server::kSignalBase + 9, 0)),
+              uint16_t(Status::InvalidConnectionId));
+    EXPECT_TRUE(host.logged("vmbus: SIGNAL_EVENT connection_id " + std::to_string(Server::kSignalBase + 9) +
+                            ": no open channel has it"));
+}
+
 TEST_F(VmbusTest, OpenCloseSignalWithDevice) {
     FakeChannel dev;
     offer_with_ring(dev);

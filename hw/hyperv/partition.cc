@@ -1,5 +1,7 @@
 #include "hvstor/hyperv/partition.h"
 
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 #include "hvstor/hyperv/msr.h"
@@ -18,6 +20,15 @@ bool crosses_page(uint64_t gpa, uint64_t len) {
     return (gpa & (kPageSize - 1)) + len > kPageSize;
 }
 
+// Writes why a call is refused into `why` (n bytes) and returns its status.
+[[gnu::format(printf, 4, 5)]] Status refuse(char* why, size_t n, Status st, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
 } // namespace
 
 std::array<uint8_t, Partition::kStubSize> Partition::hypercall_stub(uint16_t port) {
@@ -31,7 +42,7 @@ std::array<uint8_t, Partition::kStubSize> Partition::hypercall_stub(uint16_t por
 }
 
 Partition::Partition(Host& host, const PartitionConfig& cfg)
-    : host_(host), cfg_(cfg), synic_(host, cfg.nr_vps), vp_assist_(cfg.nr_vps, 0) {
+    : host_(host), cfg_(cfg), synic_(host, cfg.nr_vps), vp_assist_(cfg.nr_vps, 0), log_(host, "hyperv: ") {
     cpuid_.max_vps = cfg.nr_vps;
 }
 
@@ -60,30 +71,45 @@ PartitionStats Partition::stats() const {
     return stats_;
 }
 
+MsrResult Partition::msr_fault_locked(uint32_t vp, const char* access, uint32_t m, uint64_t val, const char* why) {
+    stats_.msr_faults++;
+    log_("VP %u %s MSR 0x%x value 0x%llx: %s (#GP)", vp, access, m, static_cast<unsigned long long>(val), why);
+    return MsrResult::Fault;
+}
+
 MsrResult Partition::rdmsr(uint32_t vp, uint32_t m, uint64_t& val) {
     if (!msr::in_range(m)) return MsrResult::NotOurs;
-    if (vp >= cfg_.nr_vps) return MsrResult::Fault;
+    std::unique_lock lock(mu_, std::defer_lock);
+    if (vp >= cfg_.nr_vps) {
+        lock.lock();
+        return msr_fault_locked(vp, "rdmsr", m, 0, "no such VP");
+    }
     MsrResult r = synic_.rdmsr(vp, m, val);
+    lock.lock();
+    if (r == MsrResult::Fault) return msr_fault_locked(vp, "rdmsr", m, 0, "refused by the SynIC");
     if (r != MsrResult::NotOurs) return r;
-    std::lock_guard lock(mu_);
     switch (m) {
     case msr::kGuestOsId: val = guest_os_id_; return MsrResult::Handled;
     case msr::kHypercall: val = hypercall_msr_; return MsrResult::Handled;
     case msr::kVpIndex: val = vp; return MsrResult::Handled;
     case msr::kVpAssistPage: val = vp_assist_[vp]; return MsrResult::Handled;
     case msr::kTscInvariantControl: val = tsc_invariant_control_; return MsrResult::Handled;
-    default:
-        stats_.msr_faults++;
-        return MsrResult::Fault;
+    default: return msr_fault_locked(vp, "rdmsr", m, 0, "not implemented");
     }
 }
 
 MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
     if (!msr::in_range(m)) return MsrResult::NotOurs;
-    if (vp >= cfg_.nr_vps) return MsrResult::Fault;
+    std::unique_lock lock(mu_, std::defer_lock);
+    if (vp >= cfg_.nr_vps) {
+        lock.lock();
+        return msr_fault_locked(vp, "wrmsr", m, val, "no such VP");
+    }
     MsrResult r = synic_.wrmsr(vp, m, val);
+    lock.lock();
+    if (r == MsrResult::Fault)
+        return msr_fault_locked(vp, "wrmsr", m, val, "refused by the SynIC (read-only, or a SINT vector below 16)");
     if (r != MsrResult::NotOurs) return r;
-    std::lock_guard lock(mu_);
     switch (m) {
     case msr::kGuestOsId:
         guest_os_id_ = val;
@@ -96,17 +122,13 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
         if (guest_os_id_ == 0) next &= ~kHypercallEnable;
         if (next & kHypercallEnable) {
             auto stub = hypercall_stub(cfg_.hypercall_port);
-            if (!host_.write_gpa(next & kPageMask, stub.data(), stub.size())) {
-                stats_.msr_faults++;
-                return MsrResult::Fault; // not guest RAM
-            }
+            if (!host_.write_gpa(next & kPageMask, stub.data(), stub.size()))
+                return msr_fault_locked(vp, "wrmsr", m, val, "the hypercall page is not guest RAM");
         }
         hypercall_msr_ = next;
         return MsrResult::Handled;
     }
-    case msr::kVpIndex:
-        stats_.msr_faults++;
-        return MsrResult::Fault; // read-only
+    case msr::kVpIndex: return msr_fault_locked(vp, "wrmsr", m, val, "read-only");
     case msr::kVpAssistPage:
         // Accepted and remembered; nothing in this partition reads the page.
         vp_assist_[vp] = val & (kPageMask | kVpAssistEnable);
@@ -114,61 +136,79 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
     case msr::kTscInvariantControl:
         tsc_invariant_control_ = val & 1;
         return MsrResult::Handled;
-    default:
-        stats_.msr_faults++;
-        return MsrResult::Fault;
+    default: return msr_fault_locked(vp, "wrmsr", m, val, "not implemented");
     }
 }
 
 uint64_t Partition::hypercall(uint32_t vp, uint64_t control, uint64_t input, uint64_t /*output*/) {
     HypercallControl c{control};
     Status st;
+    Why why{};
     if (vp >= cfg_.nr_vps) {
         st = Status::InvalidParameter;
+        refuse(why, kWhyLen, st, "no such VP");
     } else if (c.rep_count() != 0 || c.rep_start() != 0 || c.var_header_size() != 0) {
         st = Status::InvalidHypercallInput; // neither call is a rep or variable-size call
+        refuse(why, kWhyLen, st, "rep count %u, rep start %u, variable header %u (want 0, 0, 0)",
+               unsigned(c.rep_count()), unsigned(c.rep_start()), unsigned(c.var_header_size()));
     } else {
         switch (static_cast<CallCode>(c.code())) {
-        case CallCode::PostMessage: st = post_message(vp, c, input); break;
-        case CallCode::SignalEvent: st = signal_event(vp, c, input); break;
-        default: st = Status::InvalidHypercallCode; break;
+        case CallCode::PostMessage: st = post_message(vp, c, input, why); break;
+        case CallCode::SignalEvent: st = signal_event(vp, c, input, why); break;
+        default:
+            st = Status::InvalidHypercallCode;
+            refuse(why, kWhyLen, st, "unknown call code");
+            break;
         }
     }
     std::lock_guard lock(mu_);
     stats_.hypercalls++;
     if (st != Status::Success) stats_.hypercall_errors++;
+    // Statuses from the message handler (a full queue, say) are its own to report.
+    if (why[0])
+        log_("VP %u hypercall control 0x%llx input 0x%llx: %s (status %u)", vp, static_cast<unsigned long long>(control),
+             static_cast<unsigned long long>(input), why, unsigned(st));
     return static_cast<uint64_t>(st);
 }
 
-Status Partition::post_message(uint32_t vp, const HypercallControl& c, uint64_t input) {
-    if (c.fast()) return Status::InvalidHypercallInput;
-    if (input & 7) return Status::InvalidAlignment;
+Status Partition::post_message(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why) {
+    if (c.fast()) return refuse(why, kWhyLen, Status::InvalidHypercallInput, "POST_MESSAGE as a fast call");
+    if (input & 7) return refuse(why, kWhyLen, Status::InvalidAlignment, "POST_MESSAGE input not 8-byte aligned");
     uint8_t buf[kPostMessageHeader + kMessagePayloadMax];
-    if (crosses_page(input, kPostMessageHeader)) return Status::InvalidAlignment;
-    if (!host_.read_gpa(input, buf, kPostMessageHeader)) return Status::InvalidParameter;
+    if (crosses_page(input, kPostMessageHeader))
+        return refuse(why, kWhyLen, Status::InvalidAlignment, "POST_MESSAGE header crosses a page");
+    if (!host_.read_gpa(input, buf, kPostMessageHeader))
+        return refuse(why, kWhyLen, Status::InvalidParameter, "POST_MESSAGE input is not guest RAM");
     uint32_t conn, type, size;
     std::memcpy(&conn, buf, 4);
     std::memcpy(&type, buf + 8, 4);
     std::memcpy(&size, buf + 12, 4);
-    if (size > kMessagePayloadMax) return Status::InvalidParameter;
-    if (type == 0 || (type & kHighBit)) return Status::InvalidParameter;
-    if (crosses_page(input, kPostMessageHeader + size)) return Status::InvalidAlignment;
+    if (size > kMessagePayloadMax)
+        return refuse(why, kWhyLen, Status::InvalidParameter, "POST_MESSAGE payload_size %u > %u", size, unsigned(kMessagePayloadMax));
+    if (type == 0 || (type & kHighBit))
+        return refuse(why, kWhyLen, Status::InvalidParameter, "POST_MESSAGE message_type 0x%x (want 1..0x7fffffff)", type);
+    if (crosses_page(input, kPostMessageHeader + size))
+        return refuse(why, kWhyLen, Status::InvalidAlignment, "POST_MESSAGE payload_size %u crosses a page", size);
     if (size && !host_.read_gpa(input + kPostMessageHeader, buf + kPostMessageHeader, size))
-        return Status::InvalidParameter;
-    if (!handler_) return Status::InvalidConnectionId;
+        return refuse(why, kWhyLen, Status::InvalidParameter, "POST_MESSAGE payload is not guest RAM");
+    if (!handler_) return refuse(why, kWhyLen, Status::InvalidConnectionId, "POST_MESSAGE connection_id %u: nobody listens", conn);
     return handler_->on_post_message(vp, conn, type, std::span<const uint8_t>(buf + kPostMessageHeader, size));
 }
 
-Status Partition::signal_event(uint32_t vp, const HypercallControl& c, uint64_t input) {
+Status Partition::signal_event(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why) {
     uint64_t in = input;
     if (!c.fast()) {
-        if (input & 7) return Status::InvalidAlignment;
-        if (!host_.read_gpa(input, &in, sizeof in)) return Status::InvalidParameter;
+        if (input & 7) return refuse(why, kWhyLen, Status::InvalidAlignment, "SIGNAL_EVENT input not 8-byte aligned");
+        if (!host_.read_gpa(input, &in, sizeof in))
+            return refuse(why, kWhyLen, Status::InvalidParameter, "SIGNAL_EVENT input is not guest RAM");
     }
     const uint32_t conn = static_cast<uint32_t>(in);
     const uint16_t flag = static_cast<uint16_t>(in >> 32);
-    if ((in >> 48) != 0) return Status::InvalidHypercallInput; // reserved, must be zero
-    if (!handler_) return Status::InvalidConnectionId;
+    if ((in >> 48) != 0)
+        return refuse(why, kWhyLen, Status::InvalidHypercallInput, "SIGNAL_EVENT reserved bits 0x%llx (want 0)",
+                      static_cast<unsigned long long>(in >> 48));
+    if (!handler_)
+        return refuse(why, kWhyLen, Status::InvalidConnectionId, "SIGNAL_EVENT connection_id %u: nobody listens", conn);
     return handler_->on_signal_event(vp, conn, flag);
 }
 

@@ -253,8 +253,11 @@ void Server::flush(const Outbox& out) {
 
 Status Server::on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
                                std::span<const uint8_t> payload) {
-    if (connection_id != kMessageConnectionId && connection_id != kMessageConnectionId4)
+    if (connection_id != kMessageConnectionId && connection_id != kMessageConnectionId4) {
+        std::lock_guard lock(mu_);
+        bad("POST_MESSAGE connection_id %u (want %u or %u)", connection_id, kMessageConnectionId, kMessageConnectionId4);
         return Status::InvalidConnectionId;
+    }
     if (message_type != kHvMessageTypeVmbus || payload.size() < sizeof(MsgHeader)) {
         std::lock_guard lock(mu_);
         bad("message type %u, %zu bytes: not a VMBus message", message_type, payload.size());
@@ -601,7 +604,10 @@ Status Server::on_signal_event(uint32_t /*vp*/, uint32_t connection_id, uint16_t
     {
         std::lock_guard lock(mu_);
         Offer* ch = connection_id > kSignalBase ? find(relid) : nullptr;
-        if (!ch || !ch->open) return Status::InvalidConnectionId;
+        if (!ch || !ch->open) {
+            log_("SIGNAL_EVENT connection_id %u: no open channel has it", connection_id);
+            return Status::InvalidConnectionId;
+        }
         h = ch->info.handler;
     }
     if (h) h->on_guest_signal(relid);

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "hvstor/guest_log.h"
 #include "hvstor/host.h"
 #include "hvstor/hyperv/cpuid.h"
 #include "hvstor/hyperv/hv_status.h"
@@ -73,8 +74,13 @@ public:
     void reset();
 
 private:
-    Status post_message(uint32_t vp, const HypercallControl& c, uint64_t input);
-    Status signal_event(uint32_t vp, const HypercallControl& c, uint64_t input);
+    // Why a refused call or MSR access was refused, naming the field and its value.
+    static constexpr size_t kWhyLen = 160;
+    using Why = char[kWhyLen];
+    Status post_message(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why);
+    Status signal_event(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why);
+    // Counts and logs an MSR access the guest gets #GP for. Under mu_.
+    MsrResult msr_fault_locked(uint32_t vp, const char* access, uint32_t msr, uint64_t val, const char* why);
 
     Host& host_;
     PartitionConfig cfg_;
@@ -88,6 +94,7 @@ private:
     uint64_t tsc_invariant_control_ = 0;
     std::vector<uint64_t> vp_assist_;
     PartitionStats stats_;
+    GuestErrorLog log_; // under mu_
 };
 
 } // namespace hvstor::hv
