@@ -67,8 +67,12 @@ public:
     void poll_while_waiting() override {
         if (on_poll) on_poll();
     }
+    // Runs on the raising thread before each interrupt is recorded (set while no other thread
+    // raises).
+    std::function<void()> on_raise;
     void raise_vector(uint32_t vp, uint8_t vector) override {
         note_thread();
+        if (on_raise) on_raise();
         std::lock_guard lock(mu_);
         irqs.push_back({vp, vector});
     }

@@ -561,6 +561,38 @@ TEST_F(VmbusTest, UnloadResponseWaitsForEveryClose) {
     EXPECT_EQ(g.take_as<MsgHeader>(0).msgtype, uint32_t(MsgType::UnloadResponse));
 }
 
+// A close that finished just before a reset is still posting what it owed (UNLOAD_RESPONSE
+// here) when the reset comes: the reset waits for that, so nothing the old connection was
+// owed reaches guest memory after it. It once returned as soon as no close was in progress.
+TEST_F(VmbusTest, ResetWaitsForAnswersBeingPosted) {
+    SlowCloseChannel dev;
+    ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
+    g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
+    ASSERT_TRUE(dev.pending);
+    std::atomic<bool> posting{false}, go{false}, reset_done{false};
+    std::atomic<int> polls{0};
+    // The answer's interrupt holds the closer's thread in the middle of its post.
+    host.on_raise = [&] {
+        posting = true;
+        while (!go) std::this_thread::yield();
+    };
+    std::thread closer([&] { dev.finish_close(); });
+    while (!posting) std::this_thread::yield();
+    host.on_poll = [&] { polls++; };
+    std::thread resetter([&] {
+        server.reset();
+        reset_done = true;
+    });
+    while (!reset_done && polls == 0) std::this_thread::yield(); // it returned, or it waits
+    EXPECT_FALSE(reset_done) << "the reset returned while the close's answer was being posted";
+    go = true;
+    closer.join();
+    resetter.join();
+    host.on_raise = nullptr;
+    host.on_poll = nullptr;
+    EXPECT_EQ(g.take_as<MsgHeader>(0).msgtype, uint32_t(MsgType::UnloadResponse));
+}
+
 // An OPENCHANNEL for a relid this connection was never offered (the guest skipped
 // REQUESTOFFERS and guessed it) is refused.
 TEST_F(VmbusTest, OpenOfARelidNotOfferedOnThisConnectionIsRefused) {

@@ -69,6 +69,7 @@ uint32_t Server::offer(const OfferInfo& offer) {
             ch->offered = true;
         }
         *slot = std::move(ch);
+        sending_locked(out);
     }
     trace<HVSTOR_TRACE_vmbus_offer>(host(), relid, offer.subchannel_index);
     flush(out);
@@ -98,6 +99,7 @@ bool Server::rescind(uint32_t relid) {
         } else {
             offers_[relid - 1].reset();
         }
+        sending_locked(out);
     }
     run_closes();
     flush(out);
@@ -158,6 +160,7 @@ void Server::close_done(uint64_t token) {
             unload_owed_ = false;
             closes_cv_.notify_all();
         }
+        sending_locked(out);
     }
     flush(out);
 }
@@ -217,7 +220,10 @@ void Server::reset() {
     run_closes();
     std::unique_lock lock(mu_);
     // The closes may wait for I/O that needs the host's event loop, which is this thread's.
-    while (!closes_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return closes_in_progress_ == 0; })) {
+    // Then the answers built before the connection went (a close that finished just now)
+    // must be posted: nothing may reach the old connection's pages after the reset.
+    while (!closes_cv_.wait_for(lock, std::chrono::milliseconds(1),
+                                [&] { return closes_in_progress_ == 0 && sending_ == 0; })) {
         lock.unlock();
         host().poll_while_waiting();
         lock.lock();
@@ -239,16 +245,23 @@ void Server::drop_connection_locked() {
     offers_requested_ = false;
 }
 
+void Server::sending_locked(const Outbox& out) {
+    if (!out.empty()) sending_++;
+}
+
 void Server::flush(const Outbox& out) {
+    if (out.empty()) return;
+    uint64_t sent = 0;
     for (const auto& o : out) {
         uint32_t type = 0;
         std::memcpy(&type, o.bytes.data(), std::min(o.bytes.size(), sizeof type));
         trace<HVSTOR_TRACE_vmbus_msg_out>(host(), o.vp, type, o.bytes.size());
-        bool ok = synic_.post_message(o.vp, o.sint, kHvMessageTypeVmbus, o.bytes);
-        std::lock_guard lock(mu_);
-        if (ok) stats_.messages_out++;
-        else stats_.send_failures++;
+        sent += synic_.post_message(o.vp, o.sint, kHvMessageTypeVmbus, o.bytes);
     }
+    std::lock_guard lock(mu_);
+    stats_.messages_out += sent;
+    stats_.send_failures += out.size() - sent;
+    if (--sending_ == 0) closes_cv_.notify_all();
 }
 
 Status Server::on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
@@ -272,6 +285,7 @@ Status Server::on_post_message(uint32_t vp, uint32_t connection_id, uint32_t mes
         std::lock_guard lock(mu_);
         stats_.messages_in++;
         st = handle_locked(connection_id, static_cast<MsgType>(hdr.msgtype), payload, out);
+        sending_locked(out);
     }
     run_closes();
     flush(out);

@@ -112,6 +112,10 @@ private:
         out.push_back({vp, sint, std::vector<uint8_t>(p, p + sizeof msg)});
     }
     template <typename T> void queue(Outbox& out, const T& msg) { queue_to(out, target_vp_, sint_, msg); }
+    // Messages are built under mu_ and posted after it is let go. Such an outbox is for the
+    // connection as it was then: sending_locked() (under mu_, before letting go) counts it, and
+    // flush() posts it and ends the count, so a reset waits until it is in the guest's memory.
+    void sending_locked(const Outbox& out);
     void flush(const Outbox& out);
 
     hv::Status handle_locked(uint32_t connection_id, MsgType type, std::span<const uint8_t> m, Outbox& out);
@@ -159,7 +163,8 @@ private:
     std::map<uint64_t, Closing> closes_;        // in progress (closes_in_progress_ of them)
     std::vector<uint64_t> closing_;             // started by run_closes, after mu_
     uint32_t closes_in_progress_ = 0;
-    std::condition_variable closes_cv_; // closes_in_progress_ reached 0
+    uint32_t sending_ = 0;              // outboxes counted by sending_locked(), not yet posted
+    std::condition_variable closes_cv_; // closes_in_progress_ or sending_ reached 0
     // GPADLs whose GPADL_TORNDOWN waits for their channel's close (each is in gpadls_,
     // torn_down: at most max_gpadls). Dropped with the connection.
     std::vector<uint32_t> held_torndown_;
