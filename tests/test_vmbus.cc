@@ -569,6 +569,8 @@ TEST_F(VmbusTest, ResetWaitsForAnswersBeingPosted) {
     ASSERT_EQ(open_with_ring(dev), kStatusSuccess);
     g.post(0, 1, msg<MsgHeader>(MsgType::Unload));
     ASSERT_TRUE(dev.pending);
+    // The answer then goes straight into the free slot, with its interrupt.
+    ASSERT_FALSE(g.take(0)) << "the message slot is free";
     std::atomic<bool> posting{false}, go{false}, reset_done{false};
     std::atomic<int> polls{0};
     // The answer's interrupt holds the closer's thread in the middle of its post.

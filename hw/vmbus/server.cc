@@ -101,8 +101,8 @@ bool Server::rescind(uint32_t relid) {
         }
         sending_locked(out);
     }
+    flush(out); // first: nothing may come between the count and the post (see flush)
     run_closes();
-    flush(out);
     return true;
 }
 
@@ -252,16 +252,26 @@ void Server::sending_locked(const Outbox& out) {
 void Server::flush(const Outbox& out) {
     if (out.empty()) return;
     uint64_t sent = 0;
-    for (const auto& o : out) {
-        uint32_t type = 0;
-        std::memcpy(&type, o.bytes.data(), std::min(o.bytes.size(), sizeof type));
-        trace<HVSTOR_TRACE_vmbus_msg_out>(host(), o.vp, type, o.bytes.size());
-        sent += synic_.post_message(o.vp, o.sint, kHvMessageTypeVmbus, o.bytes);
+    // The count ends however the posting ends: a reset must not wait for ever on an outbox
+    // whose post threw (an allocation in the SynIC's queue).
+    auto posted = [&] {
+        std::lock_guard lock(mu_);
+        stats_.messages_out += sent;
+        stats_.send_failures += out.size() - sent;
+        if (--sending_ == 0) closes_cv_.notify_all();
+    };
+    try {
+        for (const auto& o : out) {
+            uint32_t type = 0;
+            std::memcpy(&type, o.bytes.data(), std::min(o.bytes.size(), sizeof type));
+            trace<HVSTOR_TRACE_vmbus_msg_out>(host(), o.vp, type, o.bytes.size());
+            sent += synic_.post_message(o.vp, o.sint, kHvMessageTypeVmbus, o.bytes);
+        }
+    } catch (...) {
+        posted();
+        throw;
     }
-    std::lock_guard lock(mu_);
-    stats_.messages_out += sent;
-    stats_.send_failures += out.size() - sent;
-    if (--sending_ == 0) closes_cv_.notify_all();
+    posted();
 }
 
 Status Server::on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
@@ -287,8 +297,8 @@ Status Server::on_post_message(uint32_t vp, uint32_t connection_id, uint32_t mes
         st = handle_locked(connection_id, static_cast<MsgType>(hdr.msgtype), payload, out);
         sending_locked(out);
     }
+    flush(out); // first: nothing may come between the count and the post (see flush)
     run_closes();
-    flush(out);
     return st;
 }
 

@@ -115,6 +115,7 @@ private:
     // Messages are built under mu_ and posted after it is let go. Such an outbox is for the
     // connection as it was then: sending_locked() (under mu_, before letting go) counts it, and
     // flush() posts it and ends the count, so a reset waits until it is in the guest's memory.
+    // Nothing that can throw may come between the two.
     void sending_locked(const Outbox& out);
     void flush(const Outbox& out);
 
