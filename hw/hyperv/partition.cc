@@ -73,7 +73,10 @@ PartitionStats Partition::stats() const {
 
 MsrResult Partition::msr_fault_locked(uint32_t vp, const char* access, uint32_t m, uint64_t val, const char* why) {
     stats_.msr_faults++;
-    log_("VP %u %s MSR 0x%x value 0x%llx: %s (#GP)", vp, access, m, static_cast<unsigned long long>(val), why);
+    if (std::strcmp(access, "wrmsr") == 0)
+        log_("VP %u wrmsr MSR 0x%x value 0x%llx: %s (#GP)", vp, m, static_cast<unsigned long long>(val), why);
+    else
+        log_("VP %u %s MSR 0x%x: %s (#GP)", vp, access, m, why);
     return MsrResult::Fault;
 }
 
@@ -85,6 +88,7 @@ MsrResult Partition::rdmsr(uint32_t vp, uint32_t m, uint64_t& val) {
         return msr_fault_locked(vp, "rdmsr", m, 0, "no such VP");
     }
     MsrResult r = synic_.rdmsr(vp, m, val);
+    if (r == MsrResult::Handled) return r; // the SynIC's own: no partition lock on that path
     lock.lock();
     if (r == MsrResult::Fault) return msr_fault_locked(vp, "rdmsr", m, 0, "refused by the SynIC");
     if (r != MsrResult::NotOurs) return r;
@@ -106,6 +110,7 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
         return msr_fault_locked(vp, "wrmsr", m, val, "no such VP");
     }
     MsrResult r = synic_.wrmsr(vp, m, val);
+    if (r == MsrResult::Handled) return r; // the SynIC's own (EOM, every message): no partition lock
     lock.lock();
     if (r == MsrResult::Fault)
         return msr_fault_locked(vp, "wrmsr", m, val, "refused by the SynIC (read-only, or a SINT vector below 16)");
