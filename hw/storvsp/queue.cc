@@ -78,10 +78,12 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     if (index_ == 0) {
         // A new session: no handshake yet (a round of the old one that ran on after its
         // close could have set ready_ again), and its own scan makes any held notice moot.
+        ctl_.session_++;
         ctl_.ready_ = false;
         ctl_.srb_seen_ = false;
         enumerate_ = false;
     }
+    session_ = ctl_.session_.load();
     log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
     vmbus::ChannelRuntime::Options opt;
@@ -462,8 +464,13 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
         reply(ch, d.trans_id, r, len);
         return;
     }
-    if (!ctl_.srb_seen_.load(std::memory_order_relaxed) && !ctl_.srb_seen_.exchange(true))
-        ctl_.primary_->notice_may_go();
+    if (!ctl_.srb_seen_.load(std::memory_order_relaxed) && session_ == ctl_.session_.load() &&
+        !ctl_.srb_seen_.exchange(true)) {
+        // A reopen between the check and the exchange (open: session_, then srb_seen_) is
+        // seen here: the flag is the new session's to set.
+        if (session_ == ctl_.session_.load()) ctl_.primary_->notice_may_go();
+        else ctl_.srb_seen_ = false;
+    }
     IoContext* ctx = free_.back();
     free_.pop_back();
     outstanding_++;

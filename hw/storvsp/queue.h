@@ -132,6 +132,7 @@ private:
     // Worker thread only (its prefix is set in on_open, before the worker starts).
     GuestErrorLog log_;
     InitState state_ = InitState::Start;
+    uint64_t session_ = 0; // Controller::session_ as of this queue's open
     std::vector<IoContext> pool_;
     std::vector<IoContext*> free_;
     std::vector<std::pair<scsi::Disk*, std::vector<scsi::Command*>>> batch_;

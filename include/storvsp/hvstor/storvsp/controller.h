@@ -142,6 +142,10 @@ private:
     // Since then the guest sent an SRB: it is set up to take a rescan notice (Linux queues the
     // notice's work on a workqueue it only creates after the handshake, before its first scan).
     std::atomic<bool> srb_seen_{false};
+    // Counts the primary's opens. A queue notes it at its own open, so that a round of an
+    // earlier session still running (a subchannel whose close is not done) cannot set
+    // srb_seen_ for the new one.
+    std::atomic<uint64_t> session_{0};
     // Attached disks whose submits may wait: while there is one, no round runs inline (a
     // vCPU thread must not wait for a disk while it holds the BQL).
     std::atomic<uint32_t> blocking_disks_{0};
