@@ -81,3 +81,30 @@ TEST(RingTest, DescriptorIsFetchedOnceAndHandedOnAsChecked) {
 }
 
 } // namespace
+
+// A channel's handler sets the largest packet it takes: one of exactly that length is
+// read, one 8 bytes longer is an impossible descriptor.
+TEST(RingTest, PacketsUpToTheHandlersMaximumAreRead) {
+    FakeHost host;
+    std::vector<uint64_t> pfns;
+    for (uint32_t i = 0; i < kPages; i++) pfns.push_back(kRingGpa / 4096 + i);
+    for (const uint32_t len : {4096u, 4104u}) {
+        std::memset(host.ram(kRingGpa), 0, kPages * 4096);
+        RingPages pages;
+        ASSERT_TRUE(pages.map(host, pfns));
+        IncomingRing ring(std::move(pages), 4096);
+        PacketDescriptor d{};
+        d.type = uint16_t(PacketType::DataInband);
+        d.offset8 = 2;
+        d.len8 = uint16_t(len / 8);
+        d.trans_id = len;
+        std::memcpy(host.ram(kRingGpa + 4096), &d, sizeof d);
+        std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(host.ram(kRingGpa))).store(len + 8);
+        PacketDescriptor got{};
+        std::vector<uint8_t> pkt;
+        EXPECT_EQ(ring.peek(got, pkt), len == 4096 ? IncomingRing::Status::Ok : IncomingRing::Status::Corrupt) << len;
+        if (len == 4096) {
+            EXPECT_EQ(pkt.size(), 4096u);
+        }
+    }
+}
