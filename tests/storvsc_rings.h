@@ -104,6 +104,25 @@ public:
         signal_(c);
     }
 
+    // A GPA-direct packet's body as Linux lays it out: one range of `len` bytes starting `off`
+    // into its first page, pfn(i) for its page i, then the vstor packet at `hdr`.
+    static std::vector<uint8_t> gpa_direct(const storvsp::VstorPacket& v, uint32_t len, uint32_t off,
+                                           const std::function<uint64_t(uint32_t)>& pfn, uint32_t& hdr) {
+        const uint32_t npfn = (off + len + 4095) / 4096;
+        hdr = 16 + 8 + 8 + npfn * 8;
+        std::vector<uint8_t> body(hdr + sizeof v);
+        const uint32_t ranges = 1;
+        std::memcpy(body.data() + 20, &ranges, 4);
+        std::memcpy(body.data() + 24, &len, 4);
+        std::memcpy(body.data() + 28, &off, 4);
+        for (uint32_t i = 0; i < npfn; i++) {
+            const uint64_t p = pfn(i);
+            std::memcpy(body.data() + 32 + i * 8, &p, 8);
+        }
+        std::memcpy(body.data() + hdr, &v, sizeof v);
+        return body;
+    }
+
     // Sends a vstor packet inband; returns the trans id.
     uint64_t send(Chan& c, const storvsp::VstorPacket& v, size_t len = sizeof(storvsp::VstorPacket)) {
         std::vector<uint8_t> body(16 + len);
@@ -127,19 +146,8 @@ public:
             std::memcpy(body.data() + 16, &v, sizeof v);
             sent = write_packet(c, uint16_t(vmbus::PacketType::DataInband), id, body, 16);
         } else {
-            const uint32_t off = uint32_t(buf & 4095);
-            const uint32_t npfn = (off + len + 4095) / 4096;
-            const uint32_t hdr = 16 + 8 + 8 + npfn * 8;
-            std::vector<uint8_t> body(hdr + sizeof v);
-            const uint32_t rc = 1;
-            std::memcpy(body.data() + 20, &rc, 4);
-            std::memcpy(body.data() + 24, &len, 4);
-            std::memcpy(body.data() + 28, &off, 4);
-            for (uint32_t i = 0; i < npfn; i++) {
-                uint64_t pfn = (buf >> 12) + i;
-                std::memcpy(body.data() + 32 + i * 8, &pfn, 8);
-            }
-            std::memcpy(body.data() + hdr, &v, sizeof v);
+            uint32_t hdr;
+            auto body = gpa_direct(v, len, uint32_t(buf & 4095), [&](uint32_t i) { return (buf >> 12) + i; }, hdr);
             sent = write_packet(c, uint16_t(vmbus::PacketType::DataUsingGpaDirect), id, body, hdr);
         }
         if (ok) *ok = sent;

@@ -392,24 +392,14 @@ TEST_F(StorvspTest, LargestTransferAtAnyAlignmentIsOnePacketTheChannelTakes) {
     EXPECT_GT(max_request_packet(cfg), 16u * 1024);
     for (const bool write : {true, false}) {
         const uint32_t len = cfg.max_transfer_bytes, off = 0x200;
-        const uint32_t npfn = (off + len + 4095) / 4096;
-        // More than the guest's RAM: the pfns name 16 buffer pages over and over.
         VstorPacket v{};
         v.operation = uint32_t(Operation::ExecuteSrb);
         v.srb = rw10(write, 0, uint16_t(len / 512));
         v.srb.length = sizeof v.srb;
         v.srb.data_transfer_length = len;
-        const uint32_t hdr = 16 + 8 + 8 + npfn * 8;
-        std::vector<uint8_t> body(hdr + sizeof v);
-        const uint32_t ranges = 1;
-        std::memcpy(body.data() + 20, &ranges, 4);
-        std::memcpy(body.data() + 24, &len, 4);
-        std::memcpy(body.data() + 28, &off, 4);
-        for (uint32_t i = 0; i < npfn; i++) {
-            const uint64_t pfn = (kBuf >> 12) + i % 16;
-            std::memcpy(body.data() + 32 + i * 8, &pfn, 8);
-        }
-        std::memcpy(body.data() + hdr, &v, sizeof v);
+        // More than the guest's RAM: the pfns name 16 buffer pages over and over.
+        uint32_t hdr;
+        const auto body = FakeStorvsc::gpa_direct(v, len, off, [](uint32_t i) { return (kBuf >> 12) + i % 16; }, hdr);
         ASSERT_GT(body.size(), 16u * 1024);
         const uint64_t id = c.next_id++;
         ASSERT_TRUE(guest.write_packet(c, uint16_t(vmbus::PacketType::DataUsingGpaDirect), id, body, hdr));
