@@ -111,6 +111,13 @@ public:
 
     bool on_loop_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
     uint64_t calls() const { return calls_.load(); }
+    // calls() at a moment no turn runs: whatever a turn does with work given after this
+    // returns, it does in a call counted after it (a turn already running could take it).
+    uint64_t calls_when_idle() {
+        std::unique_lock lock(mu_);
+        idle_.wait(lock, [&] { return running_ == nullptr; });
+        return calls_.load();
+    }
     size_t watching() const {
         std::lock_guard lock(mu_);
         return watches_.size();

@@ -1027,7 +1027,7 @@ TEST_F(StorvspTest, ChannelsTurnInTheirEventLoops) {
     ASSERT_TRUE(sc);
     EXPECT_EQ(l0->watching(), 1u);
     EXPECT_EQ(l1->watching(), 1u);
-    const uint64_t primary_turns = l0->calls(), sub_turns = l1->calls();
+    const uint64_t primary_turns = l0->calls_when_idle(), sub_turns = l1->calls_when_idle();
     const uint64_t sub_rounds = ctl->stats().channels[1].wakeups;
     for (uint32_t i = 0; i < 20; i++) {
         guest.send_srb(*sc, rw10(true, i, 8), kBuf, 4096);
@@ -1064,7 +1064,7 @@ TEST_F(StorvspTest, QueueStandingInForAClosingOneTurnsInThatPlacesLoop) {
     std::optional<Reopened> r;
     ASSERT_NO_FATAL_FAILURE(reopen_while_a_subchannel_drains(2, r));
     ASSERT_EQ(ctl->stats().channels.size(), 3u) << "the new subchannel has a queue of its own";
-    const uint64_t l0_before = l0->calls(), l1_before = l1->calls();
+    const uint64_t l0_before = l0->calls_when_idle(), l1_before = l1->calls_when_idle();
     ASSERT_NO_FATAL_FAILURE(expect_report_luns(r->sub));
     EXPECT_GT(l1->calls(), l1_before) << "the new subchannel turns in its place's loop";
     EXPECT_EQ(l0->calls(), l0_before) << "the primary's loop ran the new subchannel";
