@@ -464,13 +464,7 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
         reply(ch, d.trans_id, r, len);
         return;
     }
-    if (!ctl_.srb_seen_.load(std::memory_order_relaxed) && session_ == ctl_.session_.load() &&
-        !ctl_.srb_seen_.exchange(true)) {
-        // A reopen between the check and the exchange (open: session_, then srb_seen_) is
-        // seen here: the flag is the new session's to set.
-        if (session_ == ctl_.session_.load()) ctl_.primary_->notice_may_go();
-        else ctl_.srb_seen_ = false;
-    }
+    if (!ctl_.srb_seen_.load(std::memory_order_relaxed)) note_first_srb();
     IoContext* ctx = free_.back();
     free_.pop_back();
     outstanding_++;
@@ -531,6 +525,14 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
         }
     }
     batch_.push_back({disk, {&c}});
+}
+
+void Queue::note_first_srb() {
+    if (session_ != ctl_.session_.load() || ctl_.srb_seen_.exchange(true)) return;
+    // A reopen between the check and the exchange (open: session_, then srb_seen_) is seen
+    // here: the flag is the new session's to set.
+    if (session_ == ctl_.session_.load()) ctl_.primary_->notice_may_go();
+    else ctl_.srb_seen_ = false;
 }
 
 void Queue::on_batch_end(vmbus::ChannelRuntime&) {

@@ -109,6 +109,8 @@ private:
     void release(IoContext* ctx);
     void finish(IoContext* ctx); // answered: no longer outstanding
     void count_outstanding(); // after outstanding_ grew
+    // An SRB after the handshake: the first of this session lets a held rescan notice go.
+    void note_first_srb();
 
     Controller& ctl_;
     const uint16_t index_;
