@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz, docs/fuzzing.md) and runs them.
 #
-#   tests/fuzz/fuzz.sh [TARGET...] [--time S | --runs N | --ci] [--seeds-only] [--coverage]
+#   tests/fuzz/fuzz.sh [TARGET...] [--time S | --runs N | --ci] [--jobs N] [--seeds-only] [--coverage]
 #
 #   TARGET        vmbus_messages, ring, storvsp_packets, scsi_cdb, perf_config (default: all)
 #   --time S      run each target for S seconds (default 60)
 #   --runs N      run each target for N inputs instead (0: none, for --coverage of the corpus)
 #   --ci          the fixed number of inputs per target that ./hvstor test runs
+#   --jobs N      N processes at once per target on one corpus (default 1), each taking its
+#                 share of --runs (or all of --time); a job that finds something stops the rest
 #   --seeds-only  start from the checked-in seeds (tests/fuzz/corpus) and keep no new inputs;
 #                 otherwise the corpus grows in $HVSTOR_CACHE/fuzz-corpus/TARGET
 #   --coverage    then line coverage of each target's sources over its corpus (a second build,
 #                 with -fprofile-instr-generate -fcoverage-mapping)
 #
-# A target runs in processes of at most a million inputs each, one after the other on the same
-# corpus: ASan keeps about 1 KB per input of storvsp_packets, which in one process would reach
-# the RSS limit after about 2 million. Each further process's start is shown with the inputs
-# so far.
+# A target (each of its jobs) runs in processes of at most a million inputs each, one after the
+# other on the same corpus: ASan keeps about 1 KB per input of storvsp_packets, which in one
+# process would reach the RSS limit after about 2 million. Each further process's start is
+# shown with the inputs so far.
 #
 # Prints per target the inputs run, exec/s and libFuzzer's cov/ft figures. Crashes, leaks,
 # timeouts and out-of-memory inputs are saved in $HVSTOR_CACHE/fuzz-artifacts/TARGET/; the
@@ -37,12 +39,13 @@ declare -A SOURCES=(
   [perf_config]="backend/perf/config.cc backend/perf/values.cc backend/perf/keys.cc backend/perf/profiles.cc"
 )
 
-targets=() mode=time value=60 seeds_only=0 coverage=0
+targets=() mode=time value=60 seeds_only=0 coverage=0 jobs=1
 while [ $# -gt 0 ]; do
   case $1 in
     --time) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--time wants seconds"; mode=time value=$2; shift 2 ;;
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || die "--runs wants a count"; mode=runs value=$2; shift 2 ;;
     --ci) mode=ci; shift ;;
+    --jobs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]?$ ]] || die "--jobs wants a count from 1 to 99"; jobs=$2; shift 2 ;;
     --seeds-only) seeds_only=1; shift ;;
     --coverage) coverage=1; shift ;;
     -h|--help) usage ;;
@@ -78,6 +81,74 @@ run_logged "building fuzz targets (${targets[*]})" "$HVSTOR_CACHE/fuzz-build.log
 stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -n 1; }
 last_cov() { grep -E '^#[0-9]+.*cov: ' "$1" | tail -n 1; }
 
+# One job: processes of at most $SEGMENT inputs one after another until its share of the
+# inputs ($1, or the time in $secs) is run, the run is told to stop, or a process finds
+# something. $2: job number, $3: its log. Leaves "inputs peak-rss exit-status" in
+# $tmp/$t.$2.result. Returns 1 on a finding, 2 when its process was interrupted (libFuzzer's
+# exit status 72 on SIGINT or SIGTERM, with nothing saved).
+fuzz_job() {
+  local runs=$1 k=$2 logf=$3 plog=$tmp/$t.$2.process.log inputs=0 rss=0 proc=0 rc=0 limit left n r pid
+  local who=$t
+  [ "$jobs" = 1 ] || who="$t (job $k of $jobs)"
+  # The fuzzer takes these (and exits with status 72); the job waits for it and reports that.
+  trap : INT TERM
+  : >"$logf"
+  while [ ! -e "$tmp/$t.stop" ]; do
+    limit=(-runs="$SEGMENT")
+    if [ -n "$runs" ]; then
+      [ "$inputs" -lt "$runs" ] || break
+      [ $((runs - inputs)) -ge "$SEGMENT" ] || limit=(-runs=$((runs - inputs)))
+    else
+      left=$(awk -v a="$start" -v b="$(date +%s.%N)" -v s="$secs" 'BEGIN { printf "%d", s - (b - a) }')
+      [ "$left" -gt 0 ] || break
+      limit+=(-max_total_time="$left")
+    fi
+    [ "$proc" = 0 ] || log "$who: $inputs inputs so far, peak rss $rss MB; process $((proc + 1)) starts"
+    proc=$((proc + 1))
+    # New inputs go to the first directory; the seeds are only read. -timeout is the targets'
+    # only clock (a request never answered hangs the input); -rss_limit_mb catches growth.
+    ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$t" "${limit[@]}" -timeout=60 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" >"$plog" 2>&1 &
+    pid=$!
+    echo "$pid" >"$tmp/$t.$k.pid"
+    [ ! -e "$tmp/$t.stop" ] || kill "$pid" 2>/dev/null # told to stop while this one started
+    # A signal ends wait early (the trap): wait again until the fuzzer itself has ended.
+    while :; do
+      wait "$pid"
+      rc=$?
+      kill -0 "$pid" 2>/dev/null || break
+    done
+    rm -f "$tmp/$t.$k.pid"
+    cat "$plog" >>"$logf"
+    n=$(stat number_of_executed_units "$plog")
+    [ -n "$n" ] || n=$(last_cov "$plog" | sed -E 's/^#([0-9]+).*/\1/')
+    inputs=$((inputs + ${n:-0}))
+    r=$(stat peak_rss_mb "$plog")
+    [ "${r:-0}" -le "$rss" ] || rss=$r
+    [ "$rc" = 0 ] && [ -z "$(new_artifacts)" ] || break
+    [ "${n:-0}" -gt 0 ] || { log "$who: process $proc ran no input (log: $logf)"; rc=1; break; }
+  done
+  echo "$inputs $rss $rc" >"$tmp/$t.$k.result"
+  [ -z "$(new_artifacts)" ] || return 1
+  case $rc in 0) return 0 ;; 72) return 2 ;; *) return 1 ;; esac
+}
+
+# The artifacts written since this target started.
+new_artifacts() { ls -A "$art" | grep -vxF -f "$tmp/$t.before"; }
+
+# The job's share of $1 inputs: an equal part, the remainder spread over the first jobs.
+share() { echo $(($1 / jobs + ($2 <= $1 % jobs ? 1 : 0))); }
+
+# Ends the current process of every job of $t and starts no further one.
+stop_jobs() {
+  touch "$tmp/$t.stop"
+  for f in "$tmp/$t".*.pid; do kill "$(cat "$f" 2>/dev/null)" 2>/dev/null; done
+}
+
+# Ctrl-C or a SIGTERM ends the fuzzers (libFuzzer then exits with status 72): the script prints
+# what was run and exits 130.
+interrupted=0
+trap 'interrupted=1; [ -z "${t:-}" ] || stop_jobs' INT TERM
 failed=()
 for t in "${targets[@]}"; do
   seeds=$HVSTOR_ROOT/tests/fuzz/corpus/$t
@@ -91,51 +162,68 @@ for t in "${targets[@]}"; do
     time) runs= secs=$value ;;
   esac
   [ "$runs" != 0 ] || { log "$t: --runs 0, nothing fuzzed"; continue; }
-  logf=$HVSTOR_CACHE/fuzz-logs/$t.log
-  : >"$logf"
-  ls -A "$art" >"$tmp/before"
-  log "fuzzing $t (${runs:+$runs inputs}${secs:+$secs s}; log: $logf)"
-  start=$(date +%s.%N) inputs=0 rss=0 proc=0 rc=0 new=
-  while :; do
-    limit=(-runs="$SEGMENT")
-    if [ -n "$runs" ]; then
-      [ "$inputs" -lt "$runs" ] || break
-      [ $((runs - inputs)) -ge "$SEGMENT" ] || limit=(-runs=$((runs - inputs)))
-    else
-      left=$(awk -v a="$start" -v b="$(date +%s.%N)" -v s="$secs" 'BEGIN { printf "%d", s - (b - a) }')
-      [ "$left" -gt 0 ] || break
-      limit+=(-max_total_time="$left")
-    fi
-    [ "$proc" = 0 ] || log "$t: $inputs inputs so far, peak rss $rss MB; process $((proc + 1)) starts"
-    proc=$((proc + 1))
-    # New inputs go to the first directory; the seeds are only read. -timeout is the targets'
-    # only clock (a request never answered hangs the input); -rss_limit_mb catches growth.
-    ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$t" "${limit[@]}" -timeout=60 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" >"$tmp/process.log" 2>&1
-    rc=$?
-    cat "$tmp/process.log" >>"$logf"
-    n=$(stat number_of_executed_units "$tmp/process.log")
-    [ -n "$n" ] || n=$(last_cov "$tmp/process.log" | sed -E 's/^#([0-9]+).*/\1/')
-    inputs=$((inputs + ${n:-0}))
-    r=$(stat peak_rss_mb "$tmp/process.log")
-    [ "${r:-0}" -le "$rss" ] || rss=$r
-    new=$(ls -A "$art" | grep -vxF -f "$tmp/before")
-    [ "$rc" = 0 ] && [ -z "$new" ] || break
-    [ "${n:-0}" -gt 0 ] || { log "$t: process $proc ran no input (log: $logf)"; rc=1; break; }
+  # One log per job: TARGET.log, or TARGET.1.log ... TARGET.N.log with --jobs N.
+  logs=()
+  if [ "$jobs" = 1 ]; then logs=("$HVSTOR_CACHE/fuzz-logs/$t.log")
+  else for k in $(seq "$jobs"); do logs+=("$HVSTOR_CACHE/fuzz-logs/$t.$k.log"); done; fi
+  rm -f "$HVSTOR_CACHE/fuzz-logs/$t".[0-9]*.log # an earlier run's jobs
+  ls -A "$art" >"$tmp/$t.before"
+  log "fuzzing $t (${runs:+$runs inputs}${secs:+$secs s}$([ "$jobs" = 1 ] || echo " in $jobs jobs on one corpus");" \
+    "log: $([ "$jobs" = 1 ] && echo "${logs[0]}" || echo "$HVSTOR_CACHE/fuzz-logs/$t.K.log"))"
+  start=$(date +%s.%N)
+  declare -A job_of=()
+  for k in $(seq "$jobs"); do
+    fuzz_job "$([ -z "$runs" ] || share "$runs" "$k")" "$k" "${logs[k - 1]}" &
+    job_of[$!]=$k
+  done
+  # The first job that finds something, or is interrupted (Ctrl-C), stops the others: their
+  # current process is ended (its inputs still count) and no further one starts.
+  bad=0
+  while [ ${#job_of[@]} -gt 0 ]; do
+    done_pid=
+    wait -n -p done_pid
+    st=$?
+    [ -n "${done_pid:-}" ] || continue # a signal came (the trap above): the jobs end by themselves
+    k=${job_of[$done_pid]}
+    unset "job_of[$done_pid]"
+    case $st in
+      0) continue ;;
+      2) [ -e "$tmp/$t.stop" ] && continue; interrupted=1 ;;
+      *) bad=1; [ -e "$tmp/$t.stop" ] && continue
+         [ "$jobs" = 1 ] || log "$t: job $k found something; the other jobs stop" ;;
+    esac
+    stop_jobs
   done
   wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  cov=$(last_cov "$logf")
+  inputs=0 rss=0 rc=0 cov=0 ft=0 corp=0
+  for k in $(seq "$jobs"); do
+    read -r n r c <"$tmp/$t.$k.result" || n=0 r=0 c=1
+    inputs=$((inputs + n))
+    [ "$r" -le "$rss" ] || rss=$r
+    [ "$rc" != 0 ] && [ "$rc" != 72 ] || rc=$c # a finding's status before an interrupted one's
+    # cov, ft and corpus: the highest any job reached.
+    line=$(last_cov "${logs[k - 1]}")
+    for v in cov ft corp; do
+      x=$(sed -n "s/.*$v: \([0-9]*\).*/\1/p" <<<"$line")
+      [ "${x:-0}" -le "${!v}" ] || printf -v "$v" %s "$x"
+    done
+  done
   printf '%-16s %9s inputs %7s exec/s  cov %5s  ft %6s  corpus %5s  rss %s MB  %5s s\n' "$t" \
     "$inputs" "$(awk -v n="$inputs" -v w="$wall" 'BEGIN { printf "%d", (w > 0 ? n / w : 0) }')" \
-    "$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$cov")" "$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$cov")" \
-    "$(sed -n 's/.*corp: \([0-9]*\).*/\1/p' <<<"$cov")" "$rss" "$wall"
-  if [ "$rc" != 0 ] || [ -n "$new" ]; then
+    "$cov" "$ft" "$corp" "$rss" "$wall"
+  new=$(new_artifacts)
+  if [ "$bad" = 1 ] || [ -n "$new" ]; then
     failed+=("$t")
-    grep -E 'ERROR: |SUMMARY: |fuzz check failed|Test unit written' "$logf" | head -n 8 >&2
+    grep -hE 'ERROR: |SUMMARY: |fuzz check failed|Test unit written' "${logs[@]}" | head -n 8 >&2
     for f in $new; do
       log "FINDING $t: $art/$f  (reproduce: $BUILD/tests/fuzz/$t $art/$f)"
     done
-    [ -n "$new" ] || log "FINDING $t: exit status $rc, no input saved (log: $logf)"
+    [ -n "$new" ] || log "FINDING $t: exit status $rc, no input saved (log: ${logs[*]})"
+  fi
+  if [ "$interrupted" = 1 ]; then
+    [ ${#failed[@]} = 0 ] || log "findings in: ${failed[*]} (inputs in $HVSTOR_CACHE/fuzz-artifacts/)"
+    log "interrupted during $t"
+    exit 130
   fi
 done
 
