@@ -115,6 +115,10 @@ step pytest-exp 15 "pytest: experiment runner" \
 for t in vmbus_messages ring storvsp_packets scsi_cdb perf_config; do
   step "fuzz-$t" 12 "fuzz: $t (libFuzzer, ASan/UBSan)" bash "$HVSTOR_ROOT/tests/fuzz/fuzz.sh" --ci --seeds-only "$t"
 done
+# fuzz.sh's own process handling (--jobs, a finding ending the other jobs, Ctrl-C), with a
+# stand-in target.
+step pytest-fuzz-sh 15 "pytest: fuzz.sh jobs and interrupts" \
+  env PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$HVSTOR_ROOT/tests/fuzz/test_fuzz_sh.py"
 
 QEMU=$(bash "$HVSTOR_ROOT/scripts/build-qemu.sh" | tail -n 1) || die "QEMU build failed"
 export QEMU
