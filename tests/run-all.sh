@@ -118,7 +118,8 @@ done
 # fuzz.sh's own process handling (--jobs, a finding ending the other jobs, Ctrl-C), with a
 # stand-in target.
 step pytest-fuzz-sh 15 "pytest: fuzz.sh jobs and interrupts" \
-  env PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$HVSTOR_ROOT/tests/fuzz/test_fuzz_sh.py"
+  env PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  --basetemp "$HVSTOR_CACHE/pytest-fuzz-sh" "$HVSTOR_ROOT/tests/fuzz/test_fuzz_sh.py"
 
 QEMU=$(bash "$HVSTOR_ROOT/scripts/build-qemu.sh" | tail -n 1) || die "QEMU build failed"
 export QEMU

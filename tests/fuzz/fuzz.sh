@@ -91,7 +91,8 @@ fuzz_job() {
   local who=$t
   [ "$jobs" = 1 ] || who="$t (job $k of $jobs)"
   # The fuzzer takes these (and exits with status 72); the job waits for it and reports that.
-  trap : INT TERM
+  local sig
+  trap 'sig=1' INT TERM
   : >"$logf"
   while [ ! -e "$tmp/$t.stop" ]; do
     limit=(-runs="$SEGMENT")
@@ -112,12 +113,19 @@ fuzz_job() {
     pid=$!
     echo "$pid" >"$tmp/$t.$k.pid"
     [ ! -e "$tmp/$t.stop" ] || kill "$pid" 2>/dev/null # told to stop while this one started
-    # A signal ends wait early (the trap): wait again until the fuzzer itself has ended.
+    # A signal ends wait early (the trap): wait again for the fuzzer's own status. A wait
+    # after the one that reported it gives 127, which is then not its status.
+    rc=
     while :; do
+      sig=0
       wait "$pid"
-      rc=$?
-      kill -0 "$pid" 2>/dev/null || break
+      n=$?
+      [ "$n" = 127 ] && [ -n "$rc" ] || rc=$n
+      [ "$sig" = 1 ] || break
     done
+    # Ended by SIGINT or SIGTERM before libFuzzer took them (or by stop_jobs): interrupted.
+    # Other signals (a SIGKILL from the kernel's OOM killer, say) stay findings.
+    case $rc in 130|143) rc=72 ;; esac
     rm -f "$tmp/$t.$k.pid"
     cat "$plog" >>"$logf"
     n=$(stat number_of_executed_units "$plog")
@@ -166,7 +174,7 @@ for t in "${targets[@]}"; do
   logs=()
   if [ "$jobs" = 1 ]; then logs=("$HVSTOR_CACHE/fuzz-logs/$t.log")
   else for k in $(seq "$jobs"); do logs+=("$HVSTOR_CACHE/fuzz-logs/$t.$k.log"); done; fi
-  rm -f "$HVSTOR_CACHE/fuzz-logs/$t".[0-9]*.log # an earlier run's jobs
+  rm -f "$HVSTOR_CACHE/fuzz-logs/$t".[0-9]*.log "$tmp/$t.stop" # an earlier run's jobs
   ls -A "$art" >"$tmp/$t.before"
   log "fuzzing $t (${runs:+$runs inputs}${secs:+$secs s}$([ "$jobs" = 1 ] || echo " in $jobs jobs on one corpus");" \
     "log: $([ "$jobs" = 1 ] && echo "${logs[0]}" || echo "$HVSTOR_CACHE/fuzz-logs/$t.K.log"))"
@@ -198,6 +206,7 @@ for t in "${targets[@]}"; do
   inputs=0 rss=0 rc=0 cov=0 ft=0 corp=0
   for k in $(seq "$jobs"); do
     read -r n r c <"$tmp/$t.$k.result" || n=0 r=0 c=1
+    case $c in 0|72) ;; *) bad=1 ;; esac # also where wait -n's status was lost to a signal
     inputs=$((inputs + n))
     [ "$r" -le "$rss" ] || rss=$r
     [ "$rc" != 0 ] && [ "$rc" != 72 ] || rc=$c # a finding's status before an interrupted one's
@@ -226,6 +235,7 @@ for t in "${targets[@]}"; do
     exit 130
   fi
 done
+trap - INT TERM
 
 if [ "$coverage" = 1 ]; then
   command -v llvm-profdata >/dev/null && command -v llvm-cov >/dev/null || die "--coverage needs llvm-profdata and llvm-cov: run ./hvstor setup"

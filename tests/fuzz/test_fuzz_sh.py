@@ -3,7 +3,10 @@
 The stand-in is a shell script where fuzz.sh expects the perf_config binary of a fuzz build
 folder. Each call takes a number in order of start; per number it runs its -runs inputs, or
 "crashes" (a sanitizer line, a crash- file in -artifact_prefix, exit 1), or holds until a
-SIGINT or SIGTERM (then it reports 4 inputs and exits 72, as libFuzzer does).
+SIGINT or SIGTERM (then it reports 4 inputs and exits 72, as libFuzzer does), or with
+STANDIN_HOLD=plain holds with no handler (as a fuzzer killed before libFuzzer set its own).
+fuzz.sh's jobs start it with SIGINT ignored (bash's background jobs), so it ends on Ctrl-C by
+way of fuzz.sh's SIGTERM; libFuzzer takes SIGINT itself.
 
 No test has a clock: a test that waits for the stand-ins to hold waits for their files. A
 hang guard (HANG_GUARD_S, far beyond the second or so each test takes) turns a fuzz.sh that
@@ -33,10 +36,16 @@ c=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 )); echo "$c" >"$dir/count"
 echo "$c $runs" >>"$dir/calls"
 flock -u 9
 if [ "$c" = "${STANDIN_CRASH_AT:-0}" ]; then
+  # Not before the first call holds (its trap set): the run then has one of each.
+  while [ ! -e "$dir/held.1" ]; do sleep 0.05; done
   echo "#3 NEW cov: 11 ft: 21 corp: 4/1b"
   echo "==1==ERROR: AddressSanitizer: stand-in"
   echo x >"${art}crash-standin"
   exit 1
+fi
+if [ "${STANDIN_HOLD:-}" = plain ]; then
+  echo $$ >"$dir/held.$c"
+  exec sleep 1000000
 fi
 if [ -n "${STANDIN_HOLD:-}" ]; then
   trap 'echo "#4 DONE cov: 10 ft: 20 corp: 3/1b"; echo "stat::number_of_executed_units: 4";
@@ -170,6 +179,17 @@ def test_ctrl_c_ends_every_fuzzer_and_reports_what_ran(cache, jobs):
     assert "interrupted during perf_config" in out
     assert "FINDING" not in out
     assert summary_inputs(out) == 4 * jobs
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_fuzzer_ended_before_its_handler_is_no_finding(cache):
+    # Killed by the signal itself (status 143), not ended by libFuzzer (72): still Ctrl-C.
+    p = start(cache, "--runs", "1000", "--jobs", "2", STANDIN_HOLD="plain")
+    pids = wait_until_held(cache, p, 2)
+    os.killpg(p.pid, signal.SIGINT)
+    out, _ = p.communicate()
+    assert p.returncode == 130, out
+    assert "FINDING" not in out, out
     assert not any(alive(pid) for pid in pids)
 
 
