@@ -95,13 +95,20 @@ def cache(tmp_path):
     return tmp_path
 
 
+def _default_signals():
+    # A run started in the background (nohup CMD &, some CI runners) ignores SIGINT, and a
+    # shell cannot trap what it was started ignoring: fuzz.sh gets it as a terminal would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def start(tmp, *args, segment=10, **env):
     e = dict(os.environ, HVSTOR_CACHE=str(tmp / "cache"), STANDIN_DIR=str(tmp / "standin"),
              HVSTOR_FUZZ_SEGMENT=str(segment))
     e.update({k: str(v) for k, v in env.items()})
     p = subprocess.Popen(["bash", str(FUZZ_SH), "perf_config", *args], env=e,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=_default_signals)
     _started.append(p)
     return p
 
