@@ -115,12 +115,13 @@ fuzz_job() {
     [ ! -e "$tmp/$t.stop" ] || kill "$pid" 2>/dev/null # told to stop while this one started
     # A signal ends wait early (the trap): wait again for the fuzzer's own status. A wait
     # after the one that reported it gives 127, which is then not its status.
+    local st
     rc=
     while :; do
       sig=0
       wait "$pid"
-      n=$?
-      [ "$n" = 127 ] && [ -n "$rc" ] || rc=$n
+      st=$?
+      [ "$st" = 127 ] && [ -n "$rc" ] || rc=$st
       [ "$sig" = 1 ] || break
     done
     # Ended by SIGINT or SIGTERM before libFuzzer took them (or by stop_jobs): interrupted.
@@ -185,8 +186,8 @@ for t in "${targets[@]}"; do
     job_of[$!]=$k
   done
   # The first job that finds something, or is interrupted (Ctrl-C), stops the others: their
-  # current process is ended (its inputs still count) and no further one starts.
-  bad=0
+  # current process is ended (its inputs still count) and no further one starts. Whether the
+  # target found something is read afterwards from the jobs' results and the artifacts.
   while [ ${#job_of[@]} -gt 0 ]; do
     done_pid=
     wait -n -p done_pid
@@ -197,16 +198,16 @@ for t in "${targets[@]}"; do
     case $st in
       0) continue ;;
       2) [ -e "$tmp/$t.stop" ] && continue; interrupted=1 ;;
-      *) bad=1; [ -e "$tmp/$t.stop" ] && continue
+      *) [ -e "$tmp/$t.stop" ] && continue
          [ "$jobs" = 1 ] || log "$t: job $k found something; the other jobs stop" ;;
     esac
     stop_jobs
   done
   wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  inputs=0 rss=0 rc=0 cov=0 ft=0 corp=0
+  inputs=0 rss=0 rc=0 cov=0 ft=0 corp=0 bad=0
   for k in $(seq "$jobs"); do
     read -r n r c <"$tmp/$t.$k.result" || n=0 r=0 c=1
-    case $c in 0|72) ;; *) bad=1 ;; esac # also where wait -n's status was lost to a signal
+    case $c in 0|72) ;; *) bad=1 ;; esac # 72: interrupted (by us or Ctrl-C), no finding
     inputs=$((inputs + n))
     [ "$r" -le "$rss" ] || rss=$r
     [ "$rc" != 0 ] && [ "$rc" != 72 ] || rc=$c # a finding's status before an interrupted one's

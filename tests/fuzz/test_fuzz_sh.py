@@ -2,7 +2,8 @@
 
 The stand-in is a shell script where fuzz.sh expects the perf_config binary of a fuzz build
 folder. Each call takes a number in order of start; per number it runs its -runs inputs, or
-"crashes" (a sanitizer line, a crash- file in -artifact_prefix, exit 1), or holds until a
+"crashes" (a sanitizer line, a crash- file in -artifact_prefix, exit 1), or fails with
+nothing saved (exit 1, as a fuzzer the kernel ended would), or holds until a
 SIGINT or SIGTERM (then it reports 4 inputs and exits 72, as libFuzzer does), or with
 STANDIN_HOLD=plain holds with no handler (as a fuzzer killed before libFuzzer set its own).
 fuzz.sh's jobs start it with SIGINT ignored (bash's background jobs), so it ends on Ctrl-C by
@@ -41,6 +42,10 @@ if [ "$c" = "${STANDIN_CRASH_AT:-0}" ]; then
   echo "#3 NEW cov: 11 ft: 21 corp: 4/1b"
   echo "==1==ERROR: AddressSanitizer: stand-in"
   echo x >"${art}crash-standin"
+  exit 1
+fi
+if [ "$c" = "${STANDIN_FAIL_AT:-0}" ]; then
+  echo "==1==ERROR: stand-in ends with nothing saved"
   exit 1
 fi
 if [ "${STANDIN_HOLD:-}" = plain ]; then
@@ -174,6 +179,15 @@ def test_a_finding_ends_the_other_jobs(cache):
     assert summary_inputs(out) == 3 + 4
     assert len(calls(cache)) == 2
     assert held(cache) == []
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_failure_with_nothing_saved_is_a_finding(cache, jobs):
+    p = start(cache, "--runs", "40", "--jobs", str(jobs), STANDIN_FAIL_AT=2)
+    out, _ = p.communicate()
+    assert p.returncode == 1, out
+    assert "FINDING perf_config: exit status 1, no input saved" in out, out
+    assert "findings in: perf_config" in out
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
