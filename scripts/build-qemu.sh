@@ -5,6 +5,8 @@
 #   3. the C++ device model as libhvstor.a (release build of our meson project);
 #   4. the C glue (hw/qemu) copied to hw/i386/hvstor; then an incremental ninja build.
 # Prints the path of the binary on the last line.
+# --source-only: steps 1 and 2 only (QEMU's Python packages, qemu.machine and qemu.qmp,
+# come with the source); prints the source folder on the last line.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -100,8 +102,14 @@ install_glue() {
 main() {
   bash "$HVSTOR_ROOT/scripts/setup-host.sh"
   local dsc start=$SECONDS
+  # One fetch, unpack or build at a time: boots started together share the cache.
+  mkdir -p "$SRC_ROOT"
+  exec 8>"$SRC_ROOT/.lock"
+  flock 8
   dsc=$(fetch_source)
   apply_patches "$dsc"
+  if [ "${1:-}" = --source-only ]; then echo "$SRC"; return 0; fi
+  [ $# -eq 0 ] || die "unknown argument: $1 (build-qemu.sh [--source-only])"
   build_core_lib
   install_glue
   if [ ! -f "$BUILD/build.ninja" ]; then

@@ -5,6 +5,11 @@ HVSTOR_ROOT=${HVSTOR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 # Everything downloaded or built lives under one cache folder, outside git.
 HVSTOR_CACHE=${HVSTOR_CACHE:-$HVSTOR_ROOT/.cache}
 mkdir -p "$HVSTOR_CACHE"
+# The project's one default guest kernel, written once in scripts/default-kernel (the
+# Python commands read the same file). Empty when the file is missing: a script that needs
+# it says so.
+# shellcheck disable=SC2034  # read by the scripts that source this file
+HVSTOR_DEFAULT_KERNEL=$(tr -d '[:space:]' 2>/dev/null < "$HVSTOR_ROOT/scripts/default-kernel" || true)
 
 log()  { printf '[hvstor %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die()  { printf '[hvstor] error: %s\n' "$*" >&2; exit 1; }

@@ -1,0 +1,580 @@
+"""One boot of a Guest under our QEMU, through QEMU's own qemu.machine and qemu.qmp.
+
+    with Machine(guest, workdir) as m:
+        m.wait_console("READY-FOR-ADD")          # a line the guest command printed
+        m.qmp("device_add", driver="hv-disk", id="d1", bus="scsi0.0", lun=1, ...)
+        m.device_del("d1")                       # returns with its DEVICE_DELETED
+        result = m.finish()                      # the command's status and output
+
+Two threads watch the guest while the caller works: one reads the console (the init's
+markers, the command's output, a panic), the other reads the kernel's log from the kmsg
+channel (every message, at every level, whatever the console shows) and keeps the clocks.
+The boot ends, and every wait in it raises BootFailed at once, when the guest kernel reports
+an Oops, BUG, WARNING, panic or hung task, when the deadline passes (Guest.timeout), when
+the guest shows no sign of life (console, kmsg or the init's heartbeat) for Guest.silence
+seconds, or when QEMU exits. Waits have no clock of their own.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Pattern, Union
+
+from . import assets as assetsmod
+from .guest import Guest
+from .paths import cache_dir
+from .qemu import import_qemu_python, qemu_binary
+from .watch import Console, KernelReport, KmsgLog
+
+# Serial ports of the guest: the console, the results channel, the kernel's log.
+RESULTS_PORT, KMSG_PORT = "ttyS1", "ttyS2"
+FIRMWARE_DIRS = ("/usr/share/seabios", "/usr/share/qemu")
+POLL = 0.2          # seconds between looks of a wait; never a limit
+REPORT_GRACE = 3.0  # seconds a kernel report may take to be logged whole before the end
+POWEROFF_GRACE = 60.0  # a guest that reported its status and did not power off is ended
+# Concurrent launches would hand one QEMU the other's console and QMP sockets (QEMU
+# inherits every inheritable fd): one at a time.
+_LAUNCH = threading.Lock()
+
+
+class BootError(Exception):
+    """A boot that could not start (bad description, no assets, QEMU refused)."""
+
+
+@dataclass
+class Failure:
+    """Why a boot did not end with the guest command's status."""
+    kind: str                     # deadline, silence, kernel, qemu-exit, results, launch
+    message: str
+    lines: List[str] = field(default_factory=list)   # the kernel's report, when there is one
+
+    @property
+    def exit_code(self) -> int:
+        return 124 if self.kind in ("deadline", "silence") else 125
+
+
+@dataclass
+class BootResult:
+    """How a boot ended."""
+    status: Optional[int]          # the guest command's exit status, when it reported one
+    failure: Optional[Failure]
+    output: List[str]              # the command's lines
+    console: List[str]             # every console line
+    kernel_log: str                # the guest kernel's whole log (dmesg)
+    noted: List[str]               # kernel reports that did not end the boot
+    qemu_output: str
+    qemu_exitcode: Optional[int]   # QEMU's exit status (negative: the signal that ended it)
+    ready_after: Optional[float]   # seconds from the launch to the guest's init being ready
+    elapsed: float
+    console_log: str               # paths of the logs
+    kernel_log_path: str
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.failure is not None:
+            return self.failure.exit_code
+        return self.status if self.status is not None else 125
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.status == 0
+
+    def describe(self) -> str:
+        """What went wrong, for a person: the reason, QEMU's output, the kernel's report,
+        the console's end and where the whole logs are."""
+        if self.failure is None:
+            return f"the guest command exited with status {self.status}"
+        out = [f"error: {self.failure.message}"]
+        if self.qemu_output.strip():
+            out += ["--- QEMU output ---"] + self.qemu_output.rstrip().splitlines()[-20:]
+        if self.failure.lines:
+            out += ["--- the guest kernel's report ---"] + self.failure.lines
+        init = [ln for ln in self.console if ln.startswith("hvstor-init: modprobe")]
+        if init:
+            out += ["--- the guest's init ---"] + init[:6]
+        out += ["--- last 60 lines of the guest console ---"] + (self.console[-60:] or ["(empty)"])
+        out += ["---", f"console log: {self.console_log}", f"kernel log: {self.kernel_log_path}"]
+        return "\n".join(out)
+
+
+class BootFailed(Exception):
+    """The boot ended before what a caller waited for came."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+        self.why = why
+
+
+Marker = Union[str, Pattern[str]]
+
+
+class Machine:
+    """See the module's docstring."""
+
+    def __init__(self, guest: Guest, workdir: Optional[str] = None, *,
+                 on_output: Optional[Callable[[str], None]] = None,
+                 console_log: Optional[str] = None, results_dir: Optional[str] = None,
+                 qmp_socket: Optional[str] = None, name: str = "guest",
+                 assets: Optional[assetsmod.Assets] = None, qemu: Optional[str] = None) -> None:
+        self.guest = guest
+        self._assets = assets          # the kernel and base initramfs, when already at hand
+        self._qemu = qemu              # the QEMU binary (default: qemu.qemu_binary())
+        self._own_workdir = workdir is None
+        # workdir keeps the logs (console.log, dmesg.txt, qemu.log); the boot's own files
+        # (initramfs, chardev files) are in a folder of their own inside it, gone at the end.
+        self.workdir = workdir or tempfile.mkdtemp(prefix="hvstor-boot.")
+        self.rundir = tempfile.mkdtemp(prefix=".boot-", dir=self.workdir)
+        self.console_log = console_log or os.path.join(self.workdir, "console.log")
+        self.kernel_log = os.path.join(self.workdir, "dmesg.txt")
+        self.qemu_log = os.path.join(self.workdir, "qemu.log")
+        self.results_dir = results_dir
+        self.qmp_socket = qmp_socket
+        self.name = name
+        self._on_output = on_output
+        tolerate = [re.compile(t) for t in guest.tolerate]
+        self._console = Console(tolerate)
+        self._kmsg = KmsgLog(tolerate)
+        self._cond = threading.Condition()
+        self._failure: Optional[Failure] = None
+        self._exited = False
+        self._result: Optional[BootResult] = None
+        self._vm: Any = None
+        self._threads: List[threading.Thread] = []
+        self._started = 0.0
+        self._ready_at: Optional[float] = None
+        self._status_at: Optional[float] = None
+        self._report_at: Optional[float] = None
+        self._warnings: List[str] = []
+        self._console_bytes = 0
+        self._console_file: Any = None
+
+    # --- the context manager ------------------------------------------------------------
+    def __enter__(self) -> "Machine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._vm is not None and self._result is None:
+            self._end("", None)
+            self.finish()
+
+    # --- starting ---------------------------------------------------------------------------
+    def qemu_args(self, kernel: str, initrd: str) -> List[str]:
+        """QEMU's arguments beside those qemu.machine adds (QMP, the console)."""
+        g = self.guest
+        cmdline = g.kernel_cmdline(RESULTS_PORT if g.results else None, KMSG_PORT)
+        w = self.rundir
+        args = base_args(g, kernel, initrd, cmdline)
+        args += ["-chardev", f"file,id=hvhb,path={w}/heartbeat",
+                 "-device", "isa-debugcon,iobase=0x402,chardev=hvhb"]
+        if g.results:
+            args += ["-chardev", f"file,id=hvres,path={w}/results.tar",
+                     "-device", "isa-serial,chardev=hvres,index=1"]
+        args += ["-chardev", f"file,id=hvkmsg,path={w}/kmsg",
+                 "-device", "isa-serial,chardev=hvkmsg,index=2"]
+        if self.qmp_socket:
+            args += ["-qmp", f"unix:{self.qmp_socket},server=on,wait=off"]
+        return args + g.device_args() + g.qemu_args
+
+    def start(self) -> None:
+        """Validates the guest, prepares its assets and launches QEMU."""
+        try:
+            self._launch()
+        except BaseException:
+            if self._console_file is not None:
+                self._console_file.close()
+            shutil.rmtree(self.rundir, ignore_errors=True)
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        sock = self._vm.console_socket
+        self._threads = [threading.Thread(target=self._read_console, args=(sock,), daemon=True),
+                         threading.Thread(target=self._monitor, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _launch(self) -> None:
+        g = self.guest
+        g.validate()
+        if g.cmd is None:
+            raise BootError("Machine boots a guest command; an interactive guest is interactive()")
+        import_qemu_python()
+        from qemu.machine import QEMUMachine   # pylint: disable=import-outside-toplevel
+        from qemu.machine.machine import VMLaunchFailure  # pylint: disable=import-outside-toplevel
+        binary = self._qemu or qemu_binary()
+        a = self._assets or assetsmod.prepare(g)
+        initrd = assetsmod.with_command(a.initrd, g.cmd, os.path.join(self.rundir, "initrd.img"))
+        for f in ("heartbeat", "kmsg", "results.tar"):
+            open(os.path.join(self.rundir, f), "wb").close()
+        os.makedirs(os.path.dirname(os.path.abspath(self.console_log)), exist_ok=True)
+        self._console_file = open(self.console_log, "wb")  # pylint: disable=consider-using-with
+        vm = QEMUMachine(binary, args=self.qemu_args(a.kernel, initrd), name=self.name,
+                         base_temp_dir=self.rundir, log_dir=self.rundir)
+        vm.set_console()
+        self._started = time.monotonic()
+        try:
+            with _LAUNCH:
+                vm.launch()
+        except VMLaunchFailure as e:
+            raise BootError(f"QEMU did not start (exit status {e.exitcode}):\n{(e.output or '').rstrip()}") from None
+        self._vm = vm
+
+    @property
+    def vm(self) -> Any:
+        """The qemu.machine.QEMUMachine (for what this class does not wrap)."""
+        return self._vm
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._vm.get_pid() if self._vm is not None else None
+
+    # --- the threads ----------------------------------------------------------------------
+    def _read_console(self, sock: Any) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        while True:
+            ready, _, _ = select.select([sock], [], [], POLL)
+            if not ready:
+                if self._vm_exited():
+                    break
+                continue
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            self._console_file.write(data)
+            self._console_file.flush()
+            pending += decoder.decode(data)
+            *lines, pending = pending.split("\n")
+            with self._cond:
+                self._console_bytes += len(data)
+                for line in lines:
+                    self._console_line(line)
+                self._cond.notify_all()
+        with self._cond:
+            if pending:
+                self._console_line(pending)
+            self._cond.notify_all()
+
+    def _console_line(self, line: str) -> None:
+        """One console line, under the lock."""
+        c = self._console
+        was_ready, had_report = c.ready, c.report is not None
+        out = c.feed(line)
+        now = time.monotonic()
+        if c.ready and not was_ready:
+            self._ready_at = now
+        if c.status is not None and self._status_at is None:
+            self._status_at = now
+        if c.report is not None and not had_report and self._report_at is None:
+            self._report_at = now
+        if out is not None and self._on_output is not None:
+            self._on_output(out)
+
+    def _vm_exited(self) -> bool:
+        return self._vm is None or self._vm.exitcode() is not None
+
+    def _monitor(self) -> None:
+        """Reads the kmsg channel and keeps the clocks, until QEMU has exited."""
+        kmsg_path = os.path.join(self.rundir, "kmsg")
+        beat_path = os.path.join(self.rundir, "heartbeat")
+        with open(kmsg_path, "rb") as kmsg:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            pending, life, life_at = "", -1, time.monotonic()
+            while True:
+                exited = self._vm_exited()
+                pending = self._read_kmsg(kmsg, decoder, pending)
+                now = time.monotonic()
+                signs = self._console_bytes + os.path.getsize(kmsg_path) + os.path.getsize(beat_path)
+                if signs != life:
+                    life, life_at = signs, now
+                if exited:
+                    break
+                self._check_clocks(now, now - life_at)
+                time.sleep(POLL)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join()
+        with self._cond:
+            self._exited = True
+            self._cond.notify_all()
+
+    def _read_kmsg(self, f: Any, decoder: Any, pending: str) -> str:
+        data = f.read()
+        if not data:
+            return pending
+        pending += decoder.decode(data)
+        *lines, pending = pending.split("\n")
+        with self._cond:
+            had = self._kmsg.report is not None
+            for line in lines:
+                self._kmsg.feed(line)
+            if self._kmsg.report is not None and not had and self._report_at is None:
+                self._report_at = time.monotonic()
+            self._cond.notify_all()
+        return pending
+
+    def _check_clocks(self, now: float, quiet_for: float) -> None:
+        g = self.guest
+        report = self._report()
+        if report is not None and self._report_at is not None:
+            if report.complete or now - self._report_at >= REPORT_GRACE:
+                self._end("kernel", f"the guest kernel reported {_a(report.kind)}: {report.lines[0]}",
+                          report.lines)
+        elif g.timeout is not None and now - self._started >= g.timeout:
+            when = "the guest command did not finish" if self._ready_at else "before the guest was ready"
+            self._end("deadline", f"the deadline of {g.timeout:g}s passed: {when}")
+        elif quiet_for >= g.silence:
+            when = "" if self._ready_at else " before the guest was ready"
+            self._end("silence", f"the guest showed no sign of life for {g.silence:g}s{when} "
+                      "(no console output, no kernel message, no heartbeat)")
+        elif self._status_at is not None and now - self._status_at >= POWEROFF_GRACE:
+            self._warnings.append(f"the guest reported its status but did not power off in "
+                                  f"{POWEROFF_GRACE:g}s: QEMU was ended")
+            self._end("", None)
+
+    def _report(self) -> Optional[KernelReport]:
+        return self._kmsg.report or self._console.report
+
+    def _end(self, kind: str, message: Optional[str], lines: Optional[List[str]] = None) -> None:
+        """Ends QEMU (TERM, then KILL 10 s later); `message` says why the boot failed (None:
+        the boot had ended well, or the caller ended it)."""
+        with self._cond:
+            if message is not None and self._failure is None:
+                self._failure = Failure(kind, message, list(lines or []))
+            self._cond.notify_all()
+        pid = self.pid
+        if pid is None:
+            return
+        _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while not self._vm_exited() and time.monotonic() < deadline:
+            time.sleep(POLL)
+        if not self._vm_exited():
+            _signal(pid, signal.SIGKILL)
+
+    # --- waiting -------------------------------------------------------------------------------
+    def _why_ended(self) -> Optional[str]:
+        """Under the lock: why the boot can no longer give what a caller waits for."""
+        if self._failure is not None:
+            return self._failure.message
+        if self._console.status is not None:
+            return f"the guest command ended with status {self._console.status}"
+        if self._exited or self._vm_exited():
+            return f"QEMU exited (status {self._vm.exitcode() if self._vm else None})"
+        return None
+
+    def wait_console(self, marker: Marker) -> str:
+        """The first console line holding `marker` (text, or a compiled pattern searched
+        for); waits for it. Lines printed before the call count."""
+        def holds(line: str) -> bool:
+            return bool(marker.search(line)) if isinstance(marker, re.Pattern) else marker in line
+        seen = 0
+        with self._cond:
+            while True:
+                lines = self._console.lines
+                for line in lines[seen:]:
+                    if holds(line):
+                        return line
+                seen = len(lines)
+                why = self._why_ended()
+                if why is not None:
+                    raise BootFailed(f"waiting for '{_pattern_text(marker)}' on the console", why)
+                self._cond.wait(POLL)
+
+    def wait_until(self, ready: Callable[[], bool], what: str = "a condition") -> None:
+        """Returns once ready() is true; asks again every POLL seconds (ready() may use QMP:
+        it runs in the caller's thread)."""
+        while not ready():
+            with self._cond:
+                why = self._why_ended()
+            if why is not None:
+                raise BootFailed(f"waiting for {what}", why)
+            time.sleep(POLL)
+
+    def qmp(self, cmd: str, **args: Any) -> Any:
+        """A QMP command's return value (keys with '_' go as '-', as qemu.machine does);
+        qemu.qmp's ExecuteError when QEMU refuses it, BootFailed when QEMU is gone."""
+        from qemu.qmp import ExecuteError  # pylint: disable=import-outside-toplevel
+        if self._vm is None:
+            raise BootFailed(f"QMP {cmd}", "the machine is not running")
+        try:
+            return self._vm.cmd(cmd, **args)
+        except ExecuteError:
+            raise
+        except Exception as e:  # pylint: disable=broad-except
+            if self._vm_exited() or self._failure is not None:
+                with self._cond:
+                    why = self._why_ended() or str(e)
+                raise BootFailed(f"QMP {cmd}", why) from e
+            raise
+
+    def event_wait(self, name: str, match: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The first QMP event `name` (matching `match` as qemu.machine matches) that came
+        or comes."""
+        while True:
+            try:
+                ev = self._vm.event_wait(name, timeout=POLL, match=match)
+            except TimeoutError:
+                ev = None
+            if ev is not None:
+                return dict(ev)
+            with self._cond:
+                why = self._why_ended() if self._failure or self._vm_exited() else None
+            if why is not None:
+                raise BootFailed(f"waiting for the QMP event {name}", why)
+
+    def device_del(self, dev_id: str) -> None:
+        """device_del, then its DEVICE_DELETED."""
+        self.qmp("device_del", id=dev_id)
+        self.event_wait("DEVICE_DELETED", match={"data": {"device": dev_id}})
+
+    def kill(self) -> None:
+        """SIGKILL to QEMU, as a crash would end it (the boot then ends with qemu-exit)."""
+        pid = self.pid
+        if pid is not None:
+            _signal(pid, signal.SIGKILL)
+
+    # --- the end -------------------------------------------------------------------------------
+    def finish(self) -> BootResult:
+        """Waits until QEMU has exited (the guest powers off after its command), then
+        gathers the result: status, output, logs, the results channel."""
+        if self._result is not None:
+            return self._result
+        with self._cond:
+            while not self._exited:
+                self._cond.wait(POLL)
+        self._vm.wait(timeout=None)
+        self._console_file.close()
+        with open(self.kernel_log, "w", encoding="utf-8") as f:
+            f.write(self._kmsg.text())
+        qemu_output = self._vm.get_log() or ""
+        if qemu_output:
+            with open(self.qemu_log, "w", encoding="utf-8") as f:
+                f.write(qemu_output)
+        failure = self._failure or self._exit_failure()
+        if failure is None and self.results_dir is not None:
+            failure = self._unpack_results()
+        self._result = self._make_result(failure)
+        if failure is not None and self._own_workdir:
+            self._keep_failed_logs()
+        shutil.rmtree(self.rundir, ignore_errors=True)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return self._result
+
+    def _exit_failure(self) -> Optional[Failure]:
+        if self._console.status is not None:
+            return None
+        rc = self._vm.exitcode()
+        report = self._report()
+        if report is not None:
+            return Failure("kernel", f"the guest kernel reported {_a(report.kind)}: {report.lines[0]}",
+                           report.lines)
+        if any("Kernel panic" in ln for ln in self._console.lines):
+            return Failure("kernel", f"the guest kernel panicked (QEMU exit status {rc})")
+        when = "while the guest command ran, without its exit status" if self._console.ready \
+            else "before the guest was ready"
+        return Failure("qemu-exit", f"QEMU exited (status {rc}) {when}")
+
+    def _unpack_results(self) -> Optional[Failure]:
+        assert self.results_dir is not None
+        os.makedirs(self.results_dir, exist_ok=True)
+        tar = os.path.join(self.rundir, "results.tar")
+        try:
+            with tarfile.open(tar) as t:
+                for m in t.getmembers():
+                    if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir()):
+                        raise tarfile.TarError(f"refusing member {m.name!r}")
+                t.extractall(self.results_dir)
+        except (tarfile.TarError, OSError) as e:
+            if self._console.status == 0:
+                return Failure("results", "the command succeeded but its results did not arrive "
+                               f"whole on the results port ({e})")
+            return None
+        if self._console.status == 0 and not os.path.isfile(os.path.join(self.results_dir, ".exit-status")):
+            return Failure("results", "the command succeeded but its results did not arrive whole "
+                           "on the results port (no .exit-status)")
+        return None
+
+    def _make_result(self, failure: Optional[Failure]) -> BootResult:
+        ready = self._ready_at - self._started if self._ready_at is not None else None
+        return BootResult(
+            status=self._console.status,
+            failure=failure, output=list(self._console.output), console=list(self._console.lines),
+            kernel_log=self._kmsg.text(), noted=list(self._kmsg.noted),
+            qemu_output=self._vm.get_log() or "", qemu_exitcode=self._vm.exitcode(), ready_after=ready,
+            elapsed=time.monotonic() - self._started, console_log=self.console_log,
+            kernel_log_path=self.kernel_log, warnings=list(self._warnings))
+
+    def _keep_failed_logs(self) -> None:
+        """A failed boot in a temporary folder keeps its logs in the cache."""
+        assert self._result is not None
+        keep = os.path.join(cache_dir(), "boot-failed")
+        os.makedirs(keep, exist_ok=True)
+        for src, name, attr in ((self.console_log, "console.log", "console_log"),
+                                (self.kernel_log, "dmesg.txt", "kernel_log_path")):
+            if os.path.isfile(src) and os.path.dirname(os.path.abspath(src)) == os.path.abspath(self.workdir):
+                dst = os.path.join(keep, name)
+                shutil.copyfile(src, dst)
+                setattr(self._result, attr, dst)
+
+
+def base_args(g: Guest, kernel: str, initrd: str, cmdline: str) -> List[str]:
+    """The machine, its CPUs and memory, the kernel and initramfs, the firmware."""
+    args = ["-machine", "q35", "-accel", g.accel, "-cpu", g.cpu, "-smp", str(g.vcpus),
+            "-m", g.mem, "-nodefaults", "-no-reboot",
+            "-kernel", kernel, "-initrd", initrd, "-append", cmdline]
+    for fw in FIRMWARE_DIRS:
+        if os.path.isdir(fw):
+            args += ["-L", fw]
+    return args
+
+
+def interactive(guest: Guest, console_log: Optional[str] = None,
+                qmp_socket: Optional[str] = None) -> int:
+    """Boots `guest` with its console and QEMU's monitor on this terminal (Ctrl-A X quits,
+    Ctrl-A C the monitor) and a shell in the guest; QEMU's exit status."""
+    guest.validate()
+    a = assetsmod.prepare(guest)
+    binary = qemu_binary()
+    chardev = "stdio,id=con0,mux=on,signal=off" + (f",logfile={console_log}" if console_log else "")
+    args = [binary] + base_args(guest, a.kernel, a.initrd, guest.kernel_cmdline(None, None))
+    args += ["-display", "none", "-chardev", chardev, "-serial", "chardev:con0",
+             "-mon", "chardev=con0,mode=readline"]
+    if qmp_socket:
+        args += ["-qmp", f"unix:{qmp_socket},server=on,wait=off"]
+    args += guest.device_args() + guest.qemu_args
+    if guest.timeout is not None:
+        args = ["timeout", "--foreground", f"{guest.timeout:g}"] + args
+    return subprocess.run(args, check=False).returncode
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _a(kind: str) -> str:
+    return {"oops": "an Oops", "bug": "a BUG", "warning": "a WARNING", "panic": "a panic",
+            "hung task": "a hung task"}.get(kind, kind)
+
+
+def _pattern_text(m: Marker) -> str:
+    return m.pattern if isinstance(m, re.Pattern) else m
