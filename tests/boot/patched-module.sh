@@ -7,7 +7,7 @@
 . "$(dirname "$0")/../boot-lib.sh"
 
 build() { # PATCH -> path of the module, or empty
-  bash "$HVSTOR_ROOT/scripts/build-module.sh" "$1" 2>"$WORK/build-$1.log" | tail -n 1
+  bash "$HVSTOR_ROOT/scripts/build-module.sh" --kernel debian-6.1 "$1" 2>"$WORK/build-$1.log" | tail -n 1
 }
 KO=$(build host-tagset)
 KO_NONE=$(build none)
