@@ -113,13 +113,13 @@ step pytest-exp 15 "pytest: experiment runner" \
 # from its checked-in seeds: about 2-3 minutes in all on two cores, once built. A finding fails
 # its step; the input is kept in .cache/fuzz-artifacts/TARGET/ with the command to replay it.
 for t in vmbus_messages ring storvsp_packets scsi_cdb perf_config; do
-  step "fuzz-$t" 12 "fuzz: $t (libFuzzer, ASan/UBSan)" bash "$HVSTOR_ROOT/tests/fuzz/fuzz.sh" --ci --seeds-only "$t"
+  step "fuzz-$t" 12 "fuzz: $t (libFuzzer, ASan/UBSan)" /usr/bin/python3 "$HVSTOR_ROOT/tests/fuzz/fuzz.py" --ci --seeds-only "$t"
 done
-# fuzz.sh's own process handling (--jobs, a finding ending the other jobs, Ctrl-C), with a
+# fuzz.py's own process handling (--jobs, a finding ending the other jobs, Ctrl-C), with a
 # stand-in target.
-step pytest-fuzz-sh 15 "pytest: fuzz.sh jobs and interrupts" \
+step pytest-fuzz 15 "pytest: fuzz.py jobs and interrupts" \
   env PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  --basetemp "$HVSTOR_CACHE/pytest-fuzz-sh" "$HVSTOR_ROOT/tests/fuzz/test_fuzz_sh.py"
+  --basetemp "$HVSTOR_CACHE/pytest-fuzz" "$HVSTOR_ROOT/tests/fuzz/test_fuzz.py"
 
 QEMU=$(bash "$HVSTOR_ROOT/scripts/build-qemu.sh" | tail -n 1) || die "QEMU build failed"
 export QEMU

@@ -1,5 +1,5 @@
 // Runs the performance model on a virtual clock (or the host clock, for `bench`) and prints
-// tab-separated figures for scripts/plot-perf.sh.
+// tab-separated figures for scripts/plot_perf.py.
 //
 //   perf-sim burst [SETTINGS]   credit burst draining, idle refill, burst again
 //   perf-sim queue [SETTINGS]   guest queue depth stepping up against a capped disk,
