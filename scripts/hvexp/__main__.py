@@ -6,13 +6,13 @@ import sys
 from . import expect, fiojob, plan, report, runner, spec
 
 
-def _posint(s):
+def _posint(s: str) -> int:
     if not s.isdigit() or int(s) < 1:
         raise argparse.ArgumentTypeError(f"wants a positive number, got '{s}'")
     return int(s)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hvstor", description="hv-storvsc experiments (docs/experiments.md)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run an experiment spec: each variant x repetition in its own guest")

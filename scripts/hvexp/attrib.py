@@ -26,9 +26,12 @@ queued when fio stopped) are left out and counted.
 
 import collections
 import gzip
-import zlib
 import os
 import re
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NotRequired, TextIO, TypedDict
 
 PARTS = ("tag", "sched", "scsi", "host", "transport", "complete", "wake")
 PART_NAMES = {
@@ -56,7 +59,32 @@ READ_OPS = {0x08, 0x28, 0x88, 0xA8}
 WRITE_OPS = {0x0A, 0x2A, 0x8A, 0xAA}
 
 
-def _direction(rwbs):
+@dataclass
+class Request:
+    """One request's chain through the guest: the seconds of the stages seen (QGIDSCX and
+    W, the submitter running again), the task that queued its bio."""
+    stages: dict[str, float] = field(default_factory=dict)
+    pid: str = ""
+    no_wake: bool = False       # submitted by a kernel worker, or no sched_switch seen
+
+    def __getitem__(self, stage: str) -> float:
+        return self.stages[stage]
+
+    def __contains__(self, stage: object) -> bool:
+        return stage in self.stages
+
+
+Parts = dict[str, float]        # part -> ms, and "n" (requests), "host_n" (SRBs)
+
+
+class RunAttribution(TypedDict):
+    parts: dict[str, Parts]     # direction -> its parts
+    partial: int
+    lost: int
+    error: NotRequired[str]
+
+
+def _direction(rwbs: str) -> str | None:
     if "D" in rwbs:
         return "trim"
     if "W" in rwbs:
@@ -66,7 +94,7 @@ def _direction(rwbs):
     return None
 
 
-def _scsi_direction(op):
+def _scsi_direction(op: str) -> str | None:
     if op.startswith("READ"):
         return "read"
     if op.startswith("WRITE") and "SAME" not in op:
@@ -76,103 +104,133 @@ def _scsi_direction(op):
     return None
 
 
-def parse_guest(lines):
-    """Complete requests from the guest's trace text: (direction, {stage: seconds}), and
-    how many were seen only in part."""
-    open_ = collections.defaultdict(collections.deque)     # (dir, sector) -> requests
-    done, partial = [], 0
-    switches = False
-    asleep, waiting = {}, collections.defaultdict(list)    # pid -> asleep?; pid -> completed, not yet awake
-    for ln in lines:
-        m = _LINE.match(ln)
-        if not m:
-            continue
-        if m.group("event") == "sched_switch":
-            s = _SWITCH.search(m.group("body"))
-            if s:
-                switches = True
-                ts = float(m.group("ts"))
-                asleep[s.group("prev")] = s.group("state") not in ("R", "R+")
-                nxt = s.group("next")
-                asleep[nxt] = False
-                for req in waiting.pop(nxt, []):
-                    req["W"] = ts
-            continue
-        if m.group("event") in MERGES:
-            # A bio that joined a request, or a request absorbed by another: its own chain
-            # ends here (the request it joined carries on).
-            b = _BLOCK.match(m.group("body"))
-            if b:
-                q = open_[(_direction(b.group("rwbs")), int(b.group("sector")))]
-                if MERGES[m.group("event")] == "bio":
-                    gone = next((r for r in q if set(r) <= {"Q", "pid"} and r.get("pid") == m.group("pid")), None)
-                else:
-                    gone = next((r for r in q if "G" in r and "D" not in r), None)
-                if gone is not None:
-                    q.remove(gone)
-                    partial += 1
-            continue
-        if m.group("event") not in STAGES:
-            continue
+class _GuestTrace:
+    """The state of parse_guest(): requests under way by direction and sector, those
+    complete, and which tasks sleep."""
+
+    def __init__(self) -> None:
+        self.open: collections.defaultdict[tuple[str | None, int], collections.deque[Request]] = \
+            collections.defaultdict(collections.deque)      # (dir, sector) -> requests
+        self.done: list[tuple[str, Request]] = []
+        self.partial = 0
+        self.switches = False
+        self.asleep: dict[str, bool] = {}                   # pid -> asleep?
+        self.waiting: collections.defaultdict[str, list[Request]] = \
+            collections.defaultdict(list)                   # pid -> completed, not yet awake
+
+    def switch(self, m: re.Match[str]) -> None:
+        """sched_switch: who sleeps, and the requests whose submitter runs again."""
+        s = _SWITCH.search(m.group("body"))
+        if not s:
+            return
+        self.switches = True
+        ts = float(m.group("ts"))
+        self.asleep[s.group("prev")] = s.group("state") not in ("R", "R+")
+        nxt = s.group("next")
+        self.asleep[nxt] = False
+        for woken in self.waiting.pop(nxt, []):
+            woken.stages["W"] = ts
+
+    def merge(self, m: re.Match[str]) -> None:
+        """A bio that joined a request, or a request absorbed by another: its own chain
+        ends here (the request it joined carries on)."""
+        b = _BLOCK.match(m.group("body"))
+        if not b:
+            return
+        q = self.open[(_direction(b.group("rwbs")), int(b.group("sector")))]
+        if MERGES[m.group("event")] == "bio":
+            # A bio still waiting for a request, queued by this task (a kernel worker's bio
+            # is not matched here).
+            gone = next((r for r in q if set(r.stages) <= {"Q"} and not r.no_wake and r.pid == m.group("pid")), None)
+        else:
+            gone = next((r for r in q if "G" in r and "D" not in r), None)
+        if gone is not None:
+            q.remove(gone)
+            self.partial += 1
+
+    def stage(self, m: re.Match[str]) -> None:
+        """One of the STAGES of a request."""
         stage, ts, body = STAGES[m.group("event")], float(m.group("ts")), m.group("body")
+        d: str | None
         if stage in "SC":
             s = _SCSI.search(body)
             if not s:
-                continue
+                return
             d = _scsi_direction(s.group("op"))
             key = (d, int(s.group("lba")))          # 512-byte logical blocks: lba = sector
         else:
             b = _BLOCK.match(body)
             if not b or int(b.group("nr")) == 0:
-                continue
+                return
             d = _direction(b.group("rwbs"))
             key = (d, int(b.group("sector")))
         if d is None:
-            continue
-        q = open_[key]
+            return
+        q = self.open[key]
         if stage == "Q":
             # Submitted by a kernel worker (io_uring's io-wq when a request had to wait, a
             # kworker): the task that reaps it is another one, its wake-up is not known.
             worker = m.group("comm").strip().startswith(("iou-", "kworker"))
-            q.append({"Q": ts, "pid": m.group("pid"), **({"no_wake": True} if worker else {})})
-            continue
+            q.append(Request({"Q": ts}, m.group("pid"), worker))
+            return
         idx = ORDER.index(stage)
-        fits = [r for r in q if stage not in r and all(ORDER.index(k) < idx for k in r if k in ORDER)]
+        fits = [r for r in q if stage not in r and all(ORDER.index(k) < idx for k in r.stages if k in ORDER)]
         if stage == "G":
             # block_getrq runs in the submitting task, as block_bio_queue did: two jobs that
             # read the same sectors (numjobs clones) are told apart by it.
-            fits = [r for r in fits if r.get("pid") == m.group("pid")] or fits
+            fits = [r for r in fits if r.pid == m.group("pid")] or fits
         elif stage != "I":
             fits = [r for r in fits if "G" in r]    # a request, not a bio still waiting for one
         req = fits[0] if fits else None
         if req is None:
-            req = {}
+            req = Request()
             q.append(req)
-        req[stage] = ts
+        req.stages[stage] = ts
         if stage == "X":
             q.remove(req)
-            if all(k in req for k in "QDSCX"):
-                done.append((d, req))
-                # The submitter sleeps waiting for it: the part until it runs is "wake".
-                if req.get("no_wake"):
-                    pass
-                elif asleep.get(req["pid"]):
-                    waiting[req["pid"]].append(req)
-                else:
-                    req["W"] = ts
-            else:
-                partial += 1
-    partial += sum(len(q) for q in open_.values())
-    if not switches:                        # no sched_switch events: nothing known of waking
-        for _, req in done:
-            req.pop("W", None)
-            req["no_wake"] = True
-    return done, partial
+            self.complete(d, req, ts)
+
+    def complete(self, d: str, req: Request, ts: float) -> None:
+        """A request's block_rq_complete (ts): done when its chain is whole."""
+        if not all(k in req for k in "QDSCX"):
+            self.partial += 1
+            return
+        self.done.append((d, req))
+        # The submitter sleeps waiting for it: the part until it runs is "wake".
+        if req.no_wake:
+            pass
+        elif self.asleep.get(req.pid):
+            self.waiting[req.pid].append(req)
+        else:
+            req.stages["W"] = ts
 
 
-def parse_host(lines):
+def parse_guest(lines: Iterable[str]) -> tuple[list[tuple[str, Request]], int]:
+    """Complete requests from the guest's trace text: (direction, request), and how many
+    were seen only in part."""
+    t = _GuestTrace()
+    for ln in lines:
+        m = _LINE.match(ln)
+        if not m:
+            continue
+        if m.group("event") == "sched_switch":
+            t.switch(m)
+        elif m.group("event") in MERGES:
+            t.merge(m)
+        elif m.group("event") in STAGES:
+            t.stage(m)
+    t.partial += sum(len(q) for q in t.open.values())
+    if not t.switches:                      # no sched_switch events: nothing known of waking
+        for _, req in t.done:
+            req.stages.pop("W", None)
+            req.no_wake = True
+    return t.done, t.partial
+
+
+def parse_host(lines: Iterable[str]) -> dict[str, list[float]]:
     """Seconds from each SRB's arrival to its completion, by direction."""
-    pending, out = {}, collections.defaultdict(list)
+    pending: dict[tuple[str, str], tuple[float, str | None]] = {}
+    out: collections.defaultdict[str, list[float]] = collections.defaultdict(list)
     for ln in lines:
         m = _HOST.match(ln)
         if not m:
@@ -190,24 +248,25 @@ def parse_host(lines):
     return out
 
 
-def parts_of(req):
-    g = req.get("G", req["Q"])
+def parts_of(req: Request) -> dict[str, float]:
+    g = req.stages.get("G", req["Q"])
     out = {"tag": g - req["Q"], "sched": req["D"] - g, "scsi": req["S"] - req["D"],
            "device": req["C"] - req["S"], "complete": req["X"] - req["C"]}
-    if not req.get("no_wake"):
-        out["wake"] = req.get("W", req["X"]) - req["X"]
+    if not req.no_wake:
+        out["wake"] = req.stages.get("W", req["X"]) - req["X"]
     return out
 
 
-def attribute(guest_reqs, host=None):
+def attribute(guest_reqs: list[tuple[str, Request]], host: dict[str, list[float]] | None = None) -> dict[str, Parts]:
     """Mean parts in ms per direction: {dir: {part: ms, "n": count}}."""
-    sums = collections.defaultdict(lambda: collections.defaultdict(float))
-    n = collections.Counter()
+    sums: collections.defaultdict[str, collections.defaultdict[str, float]] = \
+        collections.defaultdict(lambda: collections.defaultdict(float))
+    n: collections.Counter[str] = collections.Counter()
     for d, req in guest_reqs:
         for k, v in parts_of(req).items():
             sums[d][k] += v
         n[d] += 1
-    out = {}
+    out: dict[str, Parts] = {}
     for d in sums:
         p = {k: v / n[d] * 1e3 for k, v in sums[d].items()}
         if host and host.get(d):
@@ -220,13 +279,13 @@ def attribute(guest_reqs, host=None):
     return out
 
 
-def _open(path):
+def _open(path: str) -> TextIO:
     if path.endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
     return open(path, encoding="utf-8", errors="replace")
 
 
-def run_attribution(run_dir):
+def run_attribution(run_dir: str) -> RunAttribution | None:
     """Attribution of one run folder, or None when it was not traced."""
     gpath = os.path.join(run_dir, "results", "trace.txt.gz")
     if not os.path.isfile(gpath):

@@ -11,11 +11,14 @@ ms), scaled back by the time scale. In a [variant] an expectation is about that 
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .results import DIRECTIONS, METRICS, median
+from . import fiojob
+from .results import DIRECTIONS, METRICS, Figures, median
+from .spec import Spec
 
-_OPS = {
+_OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": lambda a, b: a >= b,
     "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b,
@@ -44,12 +47,12 @@ class Expectation:
     line: int = 0
     scope: str = ""         # a variant's name, or "" for the whole experiment
 
-    def bounds(self):
+    def bounds(self) -> tuple[float, float]:
         """(low, high) for the = form."""
         t = self.value * self.tol / 100 if self.tol_pct else self.tol
         return self.value - t, self.value + t
 
-    def describe_bound(self):
+    def describe_bound(self) -> str:
         unit = "" if self.ratio else " " + METRICS[self.metric][0]
         if self.op == "=":
             lo, hi = self.bounds()
@@ -57,7 +60,7 @@ class Expectation:
         return f"{self.op} {self.value:g}{unit}"
 
 
-def parse(text, line=0, scope=""):
+def parse(text: str, line: int = 0, scope: str = "") -> Expectation:
     s = " ".join(text.split())
     m = _CMP.match(s)
     if m:
@@ -87,11 +90,11 @@ class Outcome:
     expectation: Expectation
     variant: str
     passed: bool
-    figure: float           # the measured figure compared (a ratio for ratio expectations)
+    figure: float | None    # the measured figure compared (a ratio for ratio expectations); None: no data
     detail: str             # how the figure came about
     where: str = ""         # spec file and line
 
-    def line(self):
+    def line(self) -> str:
         e = self.expectation
         word = "PASS" if self.passed else "FAIL"
         measured = "no data" if self.figure is None else (
@@ -101,7 +104,7 @@ class Outcome:
                 f"bound {'x' if e.ratio else ''}{e.describe_bound()}; {self.detail}")
 
 
-def evaluate(e, variant, baseline, figures, where=""):
+def evaluate(e: Expectation, variant: str, baseline: str, figures: Figures, where: str = "") -> Outcome:
     """One expectation for one variant against a Figures object."""
     vals = figures.get(variant, e.job, e.dir, e.metric)
     unit = METRICS[e.metric][0]
@@ -127,7 +130,7 @@ def evaluate(e, variant, baseline, figures, where=""):
     return Outcome(e, variant, ok, fig, detail, where)
 
 
-def _fmt(x):
+def _fmt(x: float | None) -> str:
     if x is None:
         return "-"
     a = abs(x)
@@ -136,3 +139,64 @@ def _fmt(x):
     if a >= 1:
         return f"{x:.2f}"
     return f"{x:.3g}"
+
+
+# --- before the first boot: every expect line against the spec's fio job ------------------
+def check(sp: Spec, job: str) -> None:
+    """Every expect line of the spec, before anything boots: it reads as an expectation;
+    fio reports its job (numjobs clones and group_reporting as report.py reads them: a
+    group's jobs under the name of its first); that job does I/O in its direction and
+    reports its metric; a ratio is neither in the baseline's own section nor in a spec of
+    one variant. job: the fio job as it runs. Raises the spec's SpecError at the line."""
+    jobs = fiojob.reported(job)
+    names = list(sp.variants)
+    baseline = sp.experiment.get("baseline", names[0])
+    sections = [("", sp.experiment)] + list(sp.variants.items())
+    for scope, sec in sections:
+        for text, line in sec.expects:
+            try:
+                e = parse(text, line, scope)
+            except ExpectError as err:
+                raise sp.error(line, str(err)) from None
+            why = _job_mistake(e, jobs) or _ratio_mistake(e, scope, baseline, names)
+            if why:
+                prefix = f"variant {scope}: " if scope else ""
+                raise sp.error(line, f"{prefix}expect {e.text}: {why}")
+
+
+def _job_mistake(e: Expectation, jobs: dict[str, fiojob.Reported] | None) -> str | None:
+    """Why fio's output will have no figure for the expectation, or None."""
+    if jobs is None:                        # the job includes files: not known
+        return None
+    r = jobs.get(e.job)
+    if r is None:
+        owner = next((x for x in jobs.values() if e.job in x.sections), None)
+        if owner is None:
+            return f"the fio job has no job '{e.job}' (fio reports: {', '.join(jobs)})"
+        if len(owner.sections) > 1:
+            others = ", ".join(x for x in owner.sections if x != e.job)
+            return (f"group_reporting puts job '{e.job}' in one entry with {others}, which fio names after "
+                    f"the group's first job: use '{owner.name}'")
+        return f"job [{e.job}] sets name={owner.name}: fio reports it as '{owner.name}'"
+    if e.dir not in r.dirs:
+        return f"job '{e.job}' does no {e.dir} I/O ({', '.join(r.rw)})"
+    if e.metric in ("p50", "p99") and r.percentiles is not None:
+        want = 50.0 if e.metric == "p50" else 99.0
+        if not any(abs(p - want) < 1e-6 for p in r.percentiles):
+            return (f"job '{e.job}' reports no {e.metric}: its clat_percentiles, lat_percentiles or "
+                    f"percentile_list leave the {want:g}th percentile out")
+    if e.metric == "tlat" and not r.total_latency:
+        return f"job '{e.job}' reports no tlat: it sets disable_lat"
+    return None
+
+
+def _ratio_mistake(e: Expectation, scope: str, baseline: str, names: list[str]) -> str | None:
+    """Why a ratio expectation can never be judged, or None."""
+    if not e.ratio:
+        return None
+    if len(names) == 1:
+        return f"a ratio to the baseline, and the spec has only one variant ({names[0]})"
+    if scope == baseline:
+        return (f"a ratio to the baseline in the baseline's own section ({baseline} is the baseline): "
+                "put it in another variant's section, or in [experiment] for every variant but the baseline")
+    return None

@@ -4,27 +4,65 @@ the guest script. Nothing here boots or builds; build_module() is passed in."""
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import overload
 
-from . import fiojob
+from hvmachine import paths as machine_paths
+from hvmachine.guest import Controller, Device, Disk, Guest, GuestError, Props, parse_props
+
+from . import expect, fiojob
+from .spec import Section, Spec, SpecError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GUEST_TEMPLATE = os.path.join(ROOT, "guest-scripts", "experiment.sh.in")
+DEBIAN_KERNELS = ("debian-6.1", "debian-6.12")
 DEVICES = ("hv-storvsc", "scsi_debug", "virtio-scsi")
 # scsi_debug parameters a control variant may set (modinfo scsi_debug).
 SCSI_DEBUG_PARAMS = frozenset("""
     ndelay delay submit_queues host_max_queue max_queue virtual_gb dev_size_mb fake_rw
     sector_size opts every num_tgts max_luns no_uld statistics""".split())
 TRACE_KB = 8192
-# QEMU's side of trace = on: each SRB's arrival on our ring and its completion, timestamped.
+# QEMU's side of trace = on: each SRB's arrival on our ring and its completion, timestamped
+# (host-trace.log in the run's folder).
 HOST_TRACE = ["-trace", "enable=hvstor_storvsp_srb_submit", "-trace", "enable=hvstor_storvsp_srb_complete",
-              "-D", "@RUNDIR@/host-trace.log", "-msg", "timestamp=on"]
+              "-msg", "timestamp=on"]
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ns|us|ms|s)?$")
-_UNITS = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9, None: 1}
+_UNITS: dict[str | None, float] = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9, None: 1}
+
+# build_module(variant, kernel, modules, kdir, patch, storvsc source) -> (ko, build-info)
+BuildModule = Callable[[str, str, str, str, str, str], tuple[str, dict[str, str]]]
+# modinfo(ko, field) -> its value
+ModInfo = Callable[[str, str], str]
 
 
-def duration_ns(text):
+class PlanError(Exception):
+    pass
+
+
+def default_kernel() -> str:
+    """The project's default guest kernel (scripts/default-kernel, read by the machine layer)."""
+    try:
+        return machine_paths.default_kernel()
+    except (OSError, ValueError) as e:
+        raise PlanError(str(e)) from None
+
+
+@dataclass
+class Hardware:
+    """What QEMU gets for a variant, as values: the machine layer's description
+    (hvmachine.guest) without the per-run paths, which Plan.guest() fills in."""
+    controllers: list[Controller] = field(default_factory=list)
+    disks: list[Disk] = field(default_factory=list)
+    bridge: Props | None = None
+    objects: list[Props] = field(default_factory=list)
+    blockdevs: list[Props] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
+    scratch: dict[int, int] = field(default_factory=dict)   # disk index -> bytes of a scratch image
+
+
+def duration_ns(text: str) -> float | None:
     """'24ms' -> 24000000; a bare number is nanoseconds; None when it is no duration."""
     m = _DURATION.match(text.strip())
     if not m:
@@ -32,19 +70,14 @@ def duration_ns(text):
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def size_bytes(text):
+def size_bytes(text: str) -> int | None:
     m = re.match(r"^([0-9]+)([KMGT]?)(i?B)?$", text.strip())
     if not m:
         return None
     return int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
 
 
-def qemu_escape(v):
-    """QEMU's option syntax: a comma inside a property value is written twice."""
-    return v.replace(",", ",,")
-
-
-def fixed_latency_ns(perf):
+def fixed_latency_ns(perf: str | None) -> float | None:
     """The latency of a perf string that only sets a fixed latency (and maybe time-scale),
     else None."""
     if not perf:
@@ -76,29 +109,57 @@ class Variant:
     ko: str                     # module file to load instead of the stock one, or ""
     want_version: str           # what /sys/module/hv_storvsc/version must read ("" = stock)
     want_srcversion: str
-    params: list                # hv_storvsc params as given (name=value)
+    params: list[str]           # hv_storvsc params as given (name=value)
     append: str                 # kernel command line added
     tunables: str
-    devices: list               # QEMU arguments
-    scsi_debug: dict            # control arm: scsi_debug parameters
+    hw: Hardware                # what QEMU gets
+    scsi_debug: dict[str, str]  # control arm: scsi_debug parameters
     summary: str
     timeout: int
     published: str = ""
     published_ratio: str = ""
     wait_disks: int = 0
-    env: dict = field(default_factory=dict)
+    initramfs_modules: list[str] = field(default_factory=list)  # modules the guest needs beyond ours
     host_load: int = 0          # busy processes at nice 19 on the host while the guest runs
     scale: float = 1.0          # its figures are scaled back by this (1: it ran at real speed)
 
 
-class PlanError(Exception):
-    pass
+@dataclass
+class _Kernel:
+    """A variant's kernel and what a kernel given as paths comes with ("" when unset)."""
+    kernel: str                 # debian-6.1, debian-6.12 or a bzImage's absolute path
+    modules: str
+    kdir: str
+    source: str                 # storvsc-source
+
+
+@dataclass
+class _Module:
+    """The hv_storvsc a variant loads instead of the kernel's own ("" everywhere: the stock one)."""
+    patch: str = ""
+    ko: str = ""
+    want_version: str = ""
+    want_srcversion: str = ""
+    summary: str = ""           # what the variant's summary says of it
+
+
+@dataclass
+class _Setup:
+    """What a variant's device kind adds: QEMU's hardware, the guest's command line, ..."""
+    hw: Hardware = field(default_factory=Hardware)
+    append: list[str] = field(default_factory=list)
+    scsi_debug: dict[str, str] = field(default_factory=dict)
+    initramfs_modules: list[str] = field(default_factory=list)
+    wait_disks: int = 0
+    summary: str = ""
 
 
 class Plan:
     """Everything about an experiment that is decided before the first boot."""
 
-    def __init__(self, spec, reps=None, runtime=None, only=None, build_module=None, modinfo=None, trace=None):
+    def __init__(self, spec: Spec, reps: int | None = None, runtime: int | None = None, only: list[str] | None = None,
+                 build_module: BuildModule | None = None, modinfo: ModInfo | None = None,
+                 trace: bool | None = None) -> None:
         self.spec = spec
         self.name = os.path.splitext(os.path.basename(spec.path))[0]
         self.dir = os.path.dirname(os.path.abspath(spec.path))
@@ -129,7 +190,11 @@ class Plan:
             self.fio_seconds = fiojob.seconds(self.job)
         except fiojob.JobError as e:
             raise spec.error(ex.lines["fio"], str(e)) from None
-        self.variants, slowed = {}, []
+        # Every expect line against the job, before anything is built or booted.
+        expect.check(spec, self.job)
+        self.variants: dict[str, Variant] = {}
+        slowed: list[str] = []
+        self._slowed = False
         for v in self.order:
             self._slowed = False            # set when the variant's device is slowed by time-scale
             var = self.variants[v] = self._variant(v, build_module, modinfo)
@@ -152,7 +217,7 @@ class Plan:
                 self.scale_note += f" (time-scale {_num(self.scale)} ignored: it only applies to perf strings)"
 
     # --- helpers ---------------------------------------------------------------------
-    def _posint(self, sec, key, default):
+    def _posint(self, sec: Section, key: str, default: int) -> int:
         v = sec.get(key)
         if v is None:
             return default
@@ -160,7 +225,7 @@ class Plan:
             raise self.spec.error(sec.lines[key], f"{key} must be a positive number, got '{v}'")
         return int(v)
 
-    def _scale(self, ex):
+    def _scale(self, ex: Section) -> float:
         v = ex.get("time-scale", "1")
         try:
             s = float(v)
@@ -170,59 +235,99 @@ class Plan:
             raise self.spec.error(ex.lines.get("time-scale", 0), f"time-scale must be a positive number, got '{v}'")
         return s
 
-    def _val(self, v, key, default=None):
+    @overload
+    def _val(self, v: str, key: str) -> str | None: ...
+    @overload
+    def _val(self, v: str, key: str, default: str) -> str: ...
+
+    def _val(self, v: str, key: str, default: str | None = None) -> str | None:
         return self.spec.value(v, key, default)
 
-    def _err(self, v, key, msg):
+    def _err(self, v: str, key: str, msg: str) -> SpecError:
         return self.spec.error(self.spec.where(v, key), f"variant {v}: {msg}")
 
-    def resolve_path(self, p):
+    def resolve_path(self, p: str) -> str | None:
         """A path in the spec is relative to the spec's folder, then to the current one."""
         for cand in (os.path.join(self.dir, p), p):
             if os.path.exists(cand):
                 return os.path.abspath(cand)
         return None
 
-    def _check_scale(self, v, key, perf):
+    def _check_scale(self, v: str, key: str, perf: str) -> None:
         own = re.search(r"(?:^|,)time-scale=([^,]*)", perf)
+        if not own:
+            return
         try:
-            own_scale = float(own.group(1)) if own else None
+            own_scale = float(own.group(1))
         except ValueError:
             raise self._err(v, key, f"'{perf}': time-scale={own.group(1)} is not a number") from None
-        if own and own_scale != self.scale:
+        if own_scale != self.scale:
             raise self._err(v, key, f"'{perf}' sets time-scale={own.group(1)}, the experiment's time-scale is "
                             f"{_num(self.scale)}: set it once, in [experiment]")
 
-    def _with_scale(self, perf):
+    def _with_scale(self, perf: str) -> str:
         if self.scale != 1 and not re.search(r"(?:^|,)time-scale=", perf):
             perf += f",time-scale={_num(self.scale)}"
         return perf
 
     # --- one variant -----------------------------------------------------------------
-    def _variant(self, v, build_module, modinfo):
+    def _variant(self, v: str, build_module: BuildModule | None, modinfo: ModInfo | None) -> Variant:
+        """What variant v boots. Its keys are checked in a fixed order (device, kernel,
+        vcpus, params, tunables, the module, the device kind's own, timeout, host-load):
+        the first mistake is the one reported."""
+        sec = self.spec.variants[v]
         device = self._val(v, "device", "hv-storvsc")
         if device not in DEVICES:
             raise self._err(v, "device", f"device must be one of {', '.join(DEVICES)}, got '{device}'")
-        kernel = self._val(v, "kernel", "debian-6.1")
+        k = self._kernel(v)
+        vcpus = self._vcpus(v)
+        mem = self._val(v, "mem", "1G")
+        desc = sec.get("description", "")      # the experiment's describes the experiment
+        kname = k.kernel if k.kernel.startswith("debian-") else os.path.basename(k.kernel)
+        summary = (desc + ": " if desc else "") + kname
+        params, append = self._params(v)
+        tunables = self._tunables(v)
+        mod = self._module(v, device, k, build_module, modinfo)
+        summary += mod.summary
+        if params:
+            summary += ", " + " ".join(params)
+        if tunables:
+            summary += ", " + tunables
+        setup = self._setup(v, device, vcpus, params)
+        summary += setup.summary
+        append += setup.append
+        extra = self._val(v, "append", "")
+        if extra:
+            append.append(extra)
+        timeout = self._timeout(v)
+        load = self._host_load(v)
+        if load:
+            summary += f", {self._val(v, 'host-load', '0')} busy host process(es)"
+        return Variant(v, device, k.kernel, k.modules, k.kdir, vcpus, mem, mod.patch, mod.ko, mod.want_version,
+                       mod.want_srcversion, params, " ".join(append), tunables, setup.hw, setup.scsi_debug,
+                       summary, timeout, sec.get("published", ""), sec.get("published-ratio", ""),
+                       setup.wait_disks, setup.initramfs_modules, load)
+
+    def _kernel(self, v: str) -> _Kernel:
+        """The variant's kernel, its modules tree, kdir and storvsc-source, resolved: a
+        Debian kernel by name, or one given as paths (relative to the spec's folder or the
+        current one); the default is scripts/default-kernel's."""
+        kernel = self.spec.value(v, "kernel")
+        if kernel is None:
+            kernel = default_kernel()
         modules = self._val(v, "modules", "")
         kdir = self._val(v, "kdir", "")
-        if kernel not in ("debian-6.1", "debian-6.12"):
+        if kernel not in DEBIAN_KERNELS:
             path = self.resolve_path(kernel)
             if not path:
                 raise self._err(v, "kernel", f"kernel '{kernel}' is neither debian-6.1, debian-6.12 nor a file")
             kernel = path
             if modules:
-                m = self.resolve_path(modules)
-                if not m or not os.path.isdir(m):
-                    raise self._err(v, "modules", f"modules: no folder {modules}")
-                modules = m
+                modules = self._folder(v, "modules", modules)
         elif modules:
             raise self._err(v, "modules", f"modules is for a kernel given as a path, not {kernel}")
         if kdir:
-            k = self.resolve_path(kdir)
-            if not k or not os.path.isdir(k):
-                raise self._err(v, "kdir", f"kdir: no folder {kdir}")
-            kdir = k
+            kdir = self._folder(v, "kdir", kdir)
         src = self._val(v, "storvsc-source", "")
         if src:
             f = self.resolve_path(src)
@@ -232,95 +337,110 @@ class Plan:
         if (kdir or src) and kernel.startswith("debian-"):
             raise self._err(v, "kdir" if kdir else "storvsc-source",
                             f"kdir and storvsc-source are for a kernel given as a path, not {kernel}")
+        return _Kernel(kernel, modules, kdir, src)
+
+    def _folder(self, v: str, key: str, given: str) -> str:
+        """A folder the spec names under key (modules, kdir), resolved."""
+        d = self.resolve_path(given)
+        if not d or not os.path.isdir(d):
+            raise self._err(v, key, f"{key}: no folder {given}")
+        return d
+
+    def _vcpus(self, v: str) -> int:
         vcpus = self._val(v, "vcpus", "2")
         if not re.fullmatch(r"[1-9][0-9]*", vcpus):
             raise self._err(v, "vcpus", f"vcpus must be a positive number, got '{vcpus}'")
-        vcpus = int(vcpus)
-        mem = self._val(v, "mem", "1G")
-        desc = self.spec.variants[v].get("description", "")     # the experiment's describes it
-        kname = kernel if kernel.startswith("debian-") else os.path.basename(kernel)
-        summary = (desc + ": " if desc else "") + kname
+        return int(vcpus)
 
+    def _params(self, v: str) -> tuple[list[str], list[str]]:
+        """The module parameters as given, and the kernel command line they make (a name
+        without a module is hv_storvsc's)."""
         params = self._val(v, "params", "").split()
         append = []
         for p in params:
             if "=" not in p:
                 raise self._err(v, "params", f"params wants name=value items, got '{p}'")
             append.append(p if "." in p.split("=", 1)[0] else "hv_storvsc." + p)
+        return params, append
+
+    def _tunables(self, v: str) -> str:
         tunables = self._val(v, "tunables", "")
         for t in tunables.split():
             if "=" not in t:
                 raise self._err(v, "tunables", f"tunables wants key=value items, got '{t}'")
+        return tunables
 
-        patch, ko, want_version, want_src = "", "", "", ""
-        if self._val(v, "patch") and self._val(v, "ko"):
+    def _module(self, v: str, device: str, k: _Kernel, build_module: BuildModule | None,
+                modinfo: ModInfo | None) -> _Module:
+        """The hv_storvsc to load: built from `patch` (by build_module; without it, only
+        what would be built), a prebuilt `ko`, or the stock one."""
+        patch, ko = self._val(v, "patch", ""), self._val(v, "ko", "")
+        if patch and ko:
             raise self._err(v, "ko", "give a patch or a prebuilt ko, not both")
-        if self._val(v, "patch"):
-            raw = self._val(v, "patch")
-            patch = self.resolve_path(raw) or raw
-            if build_module:
-                ko, info = build_module(v, kernel, modules, kdir, patch, src)
-                want_version, want_src = info.get("version", ""), info.get("srcversion", "")
-                if not want_version:
-                    raise self._err(v, "patch", f"the module built for it ({ko}) has no version stamp")
-            else:
-                ko = f"(scripts/build-module.sh --kernel {kernel} {patch})"
-            summary += f", hv_storvsc built with {os.path.basename(patch)}"
-        elif self._val(v, "ko"):
-            raw = self._val(v, "ko")
-            ko = self.resolve_path(raw)
-            if not ko or not os.path.isfile(ko):
-                raise self._err(v, "ko", f"ko: no such module file {raw}")
+        if patch:
+            return self._built_module(v, k, self.resolve_path(patch) or patch, build_module)
+        if ko:
+            path = self.resolve_path(ko)
+            if not path or not os.path.isfile(path):
+                raise self._err(v, "ko", f"ko: no such module file {ko}")
+            mod = _Module(ko=path, summary=f", prebuilt {os.path.basename(path)}")
             if modinfo:
-                want_version, want_src = modinfo(ko, "version"), modinfo(ko, "srcversion")
-            summary += f", prebuilt {os.path.basename(ko)}"
-        elif device == "hv-storvsc":
-            summary += ", stock hv_storvsc"
-        if params:
-            summary += ", " + " ".join(params)
-        if tunables:
-            summary += ", " + tunables
+                mod.want_version, mod.want_srcversion = modinfo(path, "version"), modinfo(path, "srcversion")
+            return mod
+        return _Module(summary=", stock hv_storvsc" if device == "hv-storvsc" else "")
 
-        devices, scsi_debug, env = [], {}, {}
-        wait = 0
+    def _built_module(self, v: str, k: _Kernel, patch: str, build_module: BuildModule | None) -> _Module:
+        mod = _Module(patch=patch, summary=f", hv_storvsc built with {os.path.basename(patch)}")
+        if not build_module:
+            mod.ko = f"(scripts/build-module.sh --kernel {k.kernel} {patch})"
+            return mod
+        mod.ko, info = build_module(v, k.kernel, k.modules, k.kdir, patch, k.source)
+        mod.want_version, mod.want_srcversion = info.get("version", ""), info.get("srcversion", "")
+        if not mod.want_version:
+            raise self._err(v, "patch", f"the module built for it ({mod.ko}) has no version stamp")
+        return mod
+
+    def _setup(self, v: str, device: str, vcpus: int, params: list[str]) -> _Setup:
+        """What the variant's device kind adds."""
         if device == "hv-storvsc":
-            if not self.spec.disks:
-                raise self.spec.error(0, f"variant {v} runs on hv-storvsc but the spec has no [disk] section")
-            devices = self._hv_devices(v) + (HOST_TRACE if self.trace else [])
-            wait = len(self.spec.disks)
-        elif device == "virtio-scsi":
-            devices, what = self._virtio_devices(v)
-            append.append("hvstor.modules=virtio_pci,virtio_scsi")
-            wait = len(self.spec.disks)
-            summary += f", comparison: {what}"
-        else:
-            scsi_debug = self._scsi_debug(v, vcpus, params)
-            append.append("hvstor.modules=scsi_debug")
-            append += [f"scsi_debug.{k}={x}" for k, x in scsi_debug.items()]
-            env["HVSTOR_GUEST_EXTRA_MODULES"] = "scsi_debug"
-            summary += ", control: scsi_debug " + " ".join(f"{k}={x}" for k, x in scsi_debug.items())
-        extra = self._val(v, "append", "")
-        if extra:
-            append.append(extra)
-        timeout = self._val(v, "timeout")
-        if timeout:
-            if not re.fullmatch(r"[1-9][0-9]*s?", timeout):
-                raise self._err(v, "timeout", f"timeout is seconds per boot (300 or 300s), got '{timeout}'")
-            timeout = int(timeout.rstrip("s"))
-        else:
-            timeout = 150 + 2 * self.fio_seconds
+            return self._hv_setup(v)
+        if device == "virtio-scsi":
+            return self._virtio_setup(v)
+        return self._control_setup(v, vcpus, params)
+
+    def _hv_setup(self, v: str) -> _Setup:
+        if not self.spec.disks:
+            raise self.spec.error(0, f"variant {v} runs on hv-storvsc but the spec has no [disk] section")
+        return _Setup(hw=self._hv_devices(v), wait_disks=len(self.spec.disks))
+
+    def _virtio_setup(self, v: str) -> _Setup:
+        hw, what = self._virtio_devices(v)
+        return _Setup(hw=hw, append=["hvstor.modules=virtio_pci,virtio_scsi"],
+                      wait_disks=len(self.spec.disks), summary=f", comparison: {what}")
+
+    def _control_setup(self, v: str, vcpus: int, params: list[str]) -> _Setup:
+        """A control variant: the guest's own scsi_debug, loaded by its init."""
+        scsi_debug = self._scsi_debug(v, vcpus, params)
+        append = ["hvstor.modules=scsi_debug"] + [f"scsi_debug.{k}={x}" for k, x in scsi_debug.items()]
+        return _Setup(append=append, scsi_debug=scsi_debug, initramfs_modules=["scsi_debug"],
+                      summary=", control: scsi_debug " + " ".join(f"{k}={x}" for k, x in scsi_debug.items()))
+
+    def _timeout(self, v: str) -> int:
+        """Seconds per boot: the spec's `timeout`, else 150 + twice fio's runtimes."""
+        timeout = self._val(v, "timeout", "")
+        if not timeout:
+            return 150 + 2 * self.fio_seconds
+        if not re.fullmatch(r"[1-9][0-9]*s?", timeout):
+            raise self._err(v, "timeout", f"timeout is seconds per boot (300 or 300s), got '{timeout}'")
+        return int(timeout.rstrip("s"))
+
+    def _host_load(self, v: str) -> int:
         load = self._val(v, "host-load", "0")
         if not load.isdigit() or int(load) > 64:
             raise self._err(v, "host-load", f"host-load is a number of busy host processes (0-64), got '{load}'")
-        if int(load):
-            summary += f", {load} busy host process(es)"
-        var = Variant(v, device, kernel, modules, kdir, vcpus, mem, patch, ko, want_version, want_src,
-                       params, " ".join(append), tunables, devices, scsi_debug, summary, timeout,
-                       self.spec.variants[v].get("published", ""), self.spec.variants[v].get("published-ratio", ""),
-                       wait, env, int(load))
-        return var
+        return int(load)
 
-    def _virtio_devices(self, v):
+    def _virtio_devices(self, v: str) -> tuple[Hardware, str]:
         """virtio-scsi for comparison: each [disk] a null-aio block node, with the fixed
         latency of the perf string when there is one; `virtio-scsi = iothread=on` gives the
         controller an IOThread."""
@@ -330,75 +450,100 @@ class Plan:
             if k != "iothread" or x not in ("on", "off"):
                 raise self._err(v, "virtio-scsi", f"virtio-scsi takes iothread=on|off, got '{item}'")
             opts[k] = x
-        out, what = [], "virtio-scsi"
-        ctl = "virtio-scsi-pci,id=vscsi0"
+        hw, what = Hardware(), "virtio-scsi"
+        ctl: Props = {"id": "vscsi0"}
         if opts.get("iothread") == "on":
-            out += ["-object", "iothread,id=vio0"]
-            ctl += ",iothread=vio0"
+            hw.objects.append({"qom-type": "iothread", "id": "vio0"})
+            ctl["iothread"] = "vio0"
             what += " with an IOThread"
-        out += ["-device", ctl]
+        hw.devices.append(Device("virtio-scsi-pci", ctl))
         for i, disk in enumerate(self.spec.disks):
             size = size_bytes(disk.get("size", "") or "")
             if not size:
                 raise self.spec.error(disk.line, f"variant {v}: virtio-scsi needs the [disk] size (as 64G)")
-            node = f"driver=null-aio,node-name=vd{i},size={size}"
+            node: Props = {"driver": "null-aio", "node-name": f"vd{i}", "size": size}
             perf = self._perf_of(v, disk)
             if perf:
                 ns = fixed_latency_ns(perf)
                 if ns is None:
                     raise self._err(v, "perf", f"virtio-scsi variants take a fixed latency only (latency=2ms), not '{perf}'")
                 self._slowed = True
-                node += f",latency-ns={int(round(ns * self.scale))}"
+                node["latency-ns"] = int(round(ns * self.scale))
                 what += f", {int(round(ns))} ns latency"
-            out += ["-blockdev", node, "-device", f"scsi-hd,bus=vscsi0.0,drive=vd{i},lun={i}"]
-        return out, what
+            hw.blockdevs.append(node)
+            hw.devices.append(Device("scsi-hd", {"bus": "vscsi0.0", "drive": f"vd{i}", "lun": i}))
+        return hw, what
 
-    def _perf_of(self, v, disk):
+    def _perf_of(self, v: str, disk: Section) -> str:
         """The perf string for a disk: the variant's, else the experiment's, else the disk's."""
         p = self._val(v, "perf")
         return p if p else disk.get("perf", "")
 
-    def _hv_devices(self, v):
-        out = []
+    def _hv_devices(self, v: str) -> Hardware:
+        hw = Hardware()
         vmperf = self._val(v, "vm-perf")
         if vmperf:
             self._check_scale(v, "vm-perf", vmperf)
             self._slowed = True
-            out += ["-device", "hv-vmbus-bridge,vm-perf=" + qemu_escape(self._with_scale(vmperf))]
-        sc = self._val(v, "storvsc", "")
+            hw.bridge = {"vm-perf": self._with_scale(vmperf)}
+        try:
+            ctl = parse_props(self._val(v, "storvsc", ""), "storvsc")
+        except GuestError as e:
+            raise self._err(v, "storvsc", str(e)) from None
         # iothread=ID: the IOThread the channels run in, created here.
-        for item in sc.split(","):
-            if item.startswith("iothread="):
-                out += ["-object", "iothread,id=" + item.split("=", 1)[1]]
-        out += ["-device", "hv-storvsc,id=scsi0" + ("," + sc if sc else "")]
+        if "iothread" in ctl:
+            hw.objects.append({"qom-type": "iothread", "id": str(ctl["iothread"])})
+        hw.controllers.append(Controller("scsi0", ctl))
         for i, disk in enumerate(self.spec.disks):
-            props = [f"id=disk{i}", "bus=scsi0.0", f"lun={i}"]
-            for key in sorted(disk.values):
-                val = disk.values[key]
-                if key in ("lun", "bus", "id"):
-                    raise self.spec.error(disk.lines[key], f"[disk] sets '{key}'; the runner assigns it "
-                                          "(LUNs count from 0, ids are disk0, disk1, ...)")
-                if key == "perf":
-                    continue
-                if key == "file":
-                    if val == "scratch":
-                        if "size" not in disk.values:
-                            raise self.spec.error(disk.lines[key], "[disk] file = scratch needs a size")
-                        props.append(f"file=@SCRATCH{i}@")
-                        continue
-                    val = self.resolve_path(val) or val
-                if key == "size" and disk.get("file") == "scratch":
-                    continue
-                props.append(f"{key}={qemu_escape(val)}")
-            perf = self._perf_of(v, disk)
-            if perf:
-                self._check_scale(v, "perf", perf)
-                self._slowed = True
-                props.append("perf=" + qemu_escape(self._with_scale(perf)))
-            out += ["-device", "hv-disk," + ",".join(props)]
-        return out
+            hw.disks.append(Disk(self._disk_props(v, i, disk, hw), 0, i))
+        return hw
 
-    def _scsi_debug(self, v, vcpus, params):
+    def _disk_props(self, v: str, i: int, disk: Section, hw: Hardware) -> Props:
+        """An hv-disk's properties from its [disk] section; `file = scratch` becomes an
+        empty image of the disk's size that the runner creates for each run."""
+        props: Props = {"id": f"disk{i}"}
+        for key in sorted(disk.values):
+            val = disk.values[key]
+            if key in ("lun", "bus", "id"):
+                raise self.spec.error(disk.lines[key], f"[disk] sets '{key}'; the runner assigns it "
+                                      "(LUNs count from 0, ids are disk0, disk1, ...)")
+            if key == "perf" or (key == "size" and disk.get("file") == "scratch"):
+                continue
+            if key == "file":
+                if val == "scratch":
+                    size = size_bytes(disk.values.get("size", ""))
+                    if size is None:
+                        raise self.spec.error(disk.lines[key], "[disk] file = scratch needs a size")
+                    hw.scratch[i] = size
+                    continue
+                val = self.resolve_path(val) or val
+            props[key] = val
+        perf = self._perf_of(v, disk)
+        if perf:
+            self._check_scale(v, "perf", perf)
+            self._slowed = True
+            props["perf"] = self._with_scale(perf)
+        return props
+
+    def guest(self, v: str, run_dir: str) -> Guest:
+        """The machine layer's description of one run of variant v, its files in run_dir
+        (scratch images, the host's trace), its command the variant's guest script."""
+        var = self.variants[v]
+        hw = var.hw
+        disks = [Disk(dict(d.props), d.controller, d.lun) for d in hw.disks]
+        for i in hw.scratch:
+            disks[i].props["file"] = os.path.join(run_dir, f"disk{i}.img")
+        extra = HOST_TRACE + ["-D", os.path.join(run_dir, "host-trace.log")] \
+            if self.trace and var.device == "hv-storvsc" else []
+        return Guest(kernel=var.kernel, modules=var.modules or None, ko=[var.ko] if var.ko else [],
+                     vcpus=var.vcpus, mem=var.mem, controllers=[Controller(c.id, dict(c.props)) for c in hw.controllers],
+                     disks=disks, bridge=dict(hw.bridge) if hw.bridge else None, objects=list(hw.objects),
+                     blockdevs=list(hw.blockdevs), devices=list(hw.devices), qemu_args=extra,
+                     append=var.append.split(), initramfs_modules=list(var.initramfs_modules),
+                     cmd=self.scripts[v], wait_disks=var.wait_disks, results=True,
+                     timeout=float(var.timeout), quiet=True)
+
+    def _scsi_debug(self, v: str, vcpus: int, params: list[str]) -> dict[str, str]:
         """scsi_debug parameters of a control variant: the spec's `scsi-debug` items, and
         what the experiment implies for the rest (docs/experiments.md, "Control variants")."""
         given = {}
@@ -436,8 +581,9 @@ class Plan:
             if not 0 < ns < 1_000_000_000:
                 raise self._err(v, "scsi-debug", f"ndelay x time-scale is {ns} ns; scsi_debug takes 1 ns to just under 1 s")
             out["ndelay"] = str(ns)
-        if "virtual_gb" not in given and self.spec.disks and self.spec.disks[0].get("size"):
-            b = size_bytes(self.spec.disks[0].get("size"))
+        size = self.spec.disks[0].get("size") if self.spec.disks else None
+        if "virtual_gb" not in given and size:
+            b = size_bytes(size)
             if b:
                 out["virtual_gb"] = str(max(1, math.ceil(b / 2 ** 30)))
         out.setdefault("dev_size_mb", given.pop("dev_size_mb", "64"))
@@ -446,7 +592,7 @@ class Plan:
         return out
 
     # --- the guest script -----------------------------------------------------------
-    def guest_script(self, v):
+    def guest_script(self, v: str) -> str:
         var = self.variants[v]
         with open(GUEST_TEMPLATE, encoding="utf-8") as f:
             lines = f.read().splitlines(keepends=True)
@@ -464,5 +610,5 @@ class Plan:
         return text
 
 
-def _num(x):
+def _num(x: float) -> str:
     return f"{x:g}"

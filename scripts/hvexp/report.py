@@ -12,36 +12,101 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Required, TypedDict
 
 from . import attrib, expect, spec as specmod
 from .results import METRICS, Figures, ResultError, load_run_dir, mean, median, sd
+
+Log = Callable[[str], object]
+
+
+class VariantDoc(TypedDict, total=False):
+    """A variant in plan.json (runner.py writes it; older folders lack some keys)."""
+    name: Required[str]
+    summary: Required[str]
+    device: Required[str]
+    kernel: str
+    ko: str
+    want_version: str
+    params: list[str]
+    scale: float
+    scsi_debug: dict[str, str]
+    published: str
+    published_ratio: str
+
+
+class PlanJson(TypedDict, total=False):
+    """plan.json: what the runner decided before the first boot."""
+    name: Required[str]
+    description: Required[str]
+    scale: Required[float]
+    scale_note: Required[str]
+    reps: Required[int]
+    fio_seconds: Required[int]
+    log_avg: Required[int]
+    vm: Required[str]
+    baseline: Required[str]
+    variants: Required[list[VariantDoc]]
+    spec: str
+    trace: bool
+    all_variants: list[str]
+
+
+class RunStatus(TypedDict, total=False):
+    """A run's run.json."""
+    status: str             # ok, failed
+    why: str
+    seconds: float
+    rc: int
 
 
 class ReportError(Exception):
     pass
 
 
-def load_plan(d):
+@dataclass
+class Attribution:
+    """A variant's latency attribution over its runs: per direction the mean parts per
+    request (ms, scaled back) and "n", the requests; what was left out."""
+    dirs: dict[str, attrib.Parts] = field(default_factory=dict)
+    partial: int = 0
+    lost: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        """summary.json's form: the directions, then "partial", "lost" and any "errors"."""
+        out: dict[str, object] = dict(self.dirs)
+        out["partial"], out["lost"] = self.partial, self.lost
+        if self.errors:
+            out["errors"] = self.errors
+        return out
+
+
+def load_plan(d: str) -> PlanJson:
     try:
         with open(os.path.join(d, "plan.json"), encoding="utf-8") as f:
-            return json.load(f)
+            plan: PlanJson = json.load(f)
+            return plan
     except FileNotFoundError:
         raise ReportError(f"{d} holds no experiment results (no plan.json)") from None
     except json.JSONDecodeError as e:
         raise ReportError(f"{d}/plan.json is damaged: {e}") from None
 
 
-def run_status(d, v, rep):
+def run_status(d: str, v: str, rep: int) -> RunStatus | None:
     p = os.path.join(d, "runs", v, f"rep{rep}", "run.json")
     try:
         with open(p, encoding="utf-8") as f:
-            return json.load(f)
+            st: RunStatus = json.load(f)
+            return st
     except (OSError, json.JSONDecodeError):
         return None
 
 
-def header(path):
-    out = {}
+def header(path: str) -> dict[str, str]:
+    out: dict[str, str] = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for ln in f:
@@ -53,13 +118,13 @@ def header(path):
     return out
 
 
-def guest_facts(h):
+def guest_facts(h: dict[str, str]) -> str:
     """One line on what a guest ran, from its header."""
     disk = next((k.split(".")[1] for k in h if re.fullmatch(r"disk\.[a-z]+\.hw_queues", k)), None)
     if not disk:
         return "no disk facts"
 
-    def g(k):
+    def g(k: str) -> str:
         return h.get(k, "")
     can = next((h[k] for k in h if re.fullmatch(r"host\.host[0-9]+\.can_queue", k)), "")
     sched = re.search(r"\[(.*)\]", g(f"disk.{disk}.scheduler"))
@@ -76,8 +141,8 @@ def guest_facts(h):
             f"hv_storvsc {ver}, kernel {g('kernel')}")
 
 
-def _parse_published(s):
-    out = {}
+def _parse_published(s: str | None) -> dict[tuple[str, str, str], str]:
+    out: dict[tuple[str, str, str], str] = {}
     for item in (s or "").split():
         k, eq, v = item.partition("=")
         m = re.fullmatch(r"(.+)\.([a-z]+)\.([a-z0-9]+)", k)
@@ -86,23 +151,23 @@ def _parse_published(s):
     return out
 
 
-def _f(x, d):
+def _f(x: float | None, d: int) -> str:
     return "-" if x is None or x != x else f"{x:.{d}f}"
 
 
 class Report:
-    def __init__(self, d, spec_path=None):
+    def __init__(self, d: str, spec_path: str | None = None) -> None:
         self.dir = d
         self.plan = load_plan(d)
         self.spec_path = spec_path or os.path.join(d, "spec.exp")
         # Verdicts name the spec the user wrote, not the folder's copy of it.
-        self.spec_name = os.path.basename(spec_path) if spec_path else self.plan.get("spec", "spec.exp")
-        self.variants = [v["name"] for v in self.plan["variants"]]
-        self.vinfo = {v["name"]: v for v in self.plan["variants"]}
-        self.vinfo_all = self.plan.get("all_variants", self.variants)     # the spec's, with --variants
-        self.baseline = self.plan["baseline"]
+        self.spec_name: str = os.path.basename(spec_path) if spec_path else self.plan.get("spec", "spec.exp")
+        self.variants: list[str] = [v["name"] for v in self.plan["variants"]]
+        self.vinfo: dict[str, VariantDoc] = {v["name"]: v for v in self.plan["variants"]}
+        self.vinfo_all: list[str] = self.plan.get("all_variants", self.variants)     # the spec's, with --variants
+        self.baseline: str = self.plan["baseline"]
         self.figures = Figures(self.plan["scale"])
-        self.runs = []          # (variant, rep, status dict or None)
+        self.runs: list[tuple[str, int, RunStatus | None]] = []          # (variant, rep, status dict or None)
         for rep in range(1, self.plan["reps"] + 1):
             for v in self.variants:
                 st = run_status(d, v, rep)
@@ -113,35 +178,38 @@ class Report:
                     except ResultError as e:
                         st["status"], st["why"] = "failed", str(e)
         self.w = max([14] + [len(v) for v in self.variants])       # the variant column
-        self.facts = {}
+        self.facts: dict[str, str] = {}
         for v in self.variants:
             hs = sorted(glob.glob(os.path.join(d, "runs", v, "rep*", "results", "header")))
             if hs:
                 self.facts[v] = guest_facts(header(hs[0]))
         self.outcomes = self._expectations()
-        self.attribution = self._attribution() if self.plan.get("trace") else {}
+        self.attribution: dict[str, Attribution] = self._attribution() if self.plan.get("trace") else {}
 
-    def scale_of(self, v):
+    def scale_of(self, v: str) -> float:
         """What a variant's figures are scaled back by (older folders: one for all)."""
-        return self.vinfo[v].get("scale", self.plan["scale"])
+        scale: float = self.vinfo[v].get("scale", self.plan["scale"])
+        return scale
 
-    def _attribution(self):
-        """{variant: {dir: {part: ms, "n": ios}}}, over the variant's runs (weighted by the
-        requests each traced), scaled back; plus "partial"/"lost" counts."""
-        out = {}
+    def _attribution(self) -> dict[str, Attribution]:
+        """Per variant, over its runs (weighted by the requests each traced), scaled back:
+        {dir: {part: ms, "n": ios}}, and the "partial"/"lost" counts."""
+        out: dict[str, Attribution] = {}
         for v in self.variants:
             scale = self.scale_of(v)
-            acc, n, extra = {}, {}, {"partial": 0, "lost": 0}
+            acc: dict[str, dict[str, list[float]]] = {}     # dir -> part -> [sum of ms x weight, weight]
+            n: dict[str, float] = {}        # dir -> requests (ints, in attrib.Parts' float type)
+            extra = Attribution()
             for _, r, st in (x for x in self.runs if x[0] == v):
                 if not st or st.get("status") != "ok":
                     continue
                 a = attrib.run_attribution(os.path.join(self.dir, "runs", v, f"rep{r}"))
                 if not a:
                     continue
-                extra["partial"] += a["partial"]
-                extra["lost"] += a["lost"]
+                extra.partial += a["partial"]
+                extra.lost += a["lost"]
                 if a.get("error"):
-                    extra.setdefault("errors", []).append(a["error"])
+                    extra.errors.append(a["error"])
                 for d, parts in a["parts"].items():
                     k = parts["n"]
                     n[d] = n.get(d, 0) + k
@@ -153,12 +221,12 @@ class Report:
                         acc.setdefault(d, {}).setdefault(p, [0.0, 0])
                         acc[d][p][0] += ms * w
                         acc[d][p][1] += w
-            if acc or extra.get("errors"):
-                out[v] = {d: dict({p: s / w / scale for p, (s, w) in ps.items() if w}, n=n[d]) for d, ps in acc.items()}
-                out[v].update(extra)
+            if acc or extra.errors:
+                extra.dirs = {d: dict({p: s / w / scale for p, (s, w) in ps.items() if w}, n=n[d]) for d, ps in acc.items()}
+                out[v] = extra
         return out
 
-    def attribution_text(self):
+    def attribution_text(self) -> list[str]:
         if not self.attribution:
             return []
         L = ["", "Latency attribution (trace = on): mean ms per request, guest tracepoints and host records",
@@ -175,7 +243,8 @@ class Report:
                   f"  {'variant':<{self.w}} {'requests':>8} {'tag':>8} {'sched':>8} {'scsi':>8} {'host':>8} {'transprt':>8} "
                   f"{'device':>8} {'complete':>8} {'wake':>8} {'traced':>8} {'fio clat':>8} {'fio':>8} {'fio lat':>8}"]
             for v in self.variants:
-                p = self.attribution.get(v, {}).get(d)
+                a = self.attribution.get(v)
+                p = a.dirs.get(d) if a else None
                 if not p:
                     continue
                 traced = sum(p.get(k, 0.0) for k in attrib.PARTS + ("device",))
@@ -184,15 +253,15 @@ class Report:
                 L.append(f"  {v:<{self.w}} {p['n']:>8} " + " ".join(f"{_f(c, 3):>8}" for c in cells) +
                          f" {_f(traced, 3):>8} {_f(clat, 3):>8} {_f(None if clat is None else clat - traced, 3):>8}"
                          f" {_f(self.fio_clat(v, d, 'tlat'), 3):>8}")
-        bad = [(v, a["partial"], a["lost"]) for v, a in self.attribution.items() if a["partial"] or a["lost"]]
+        bad = [(v, a.partial, a.lost) for v, a in self.attribution.items() if a.partial or a.lost]
         if bad:
             L.append("  left out: " + "; ".join(f"{v}: {p} requests seen in part, {l} events lost" for v, p, l in bad))
         for v, a in self.attribution.items():
-            for e in a.get("errors", []):
+            for e in a.errors:
                 L.append(f"  {v}: a trace could not be read: {e}")
         return L
 
-    def medians_text(self):
+    def medians_text(self) -> list[str]:
         """Medians over repetitions and their ratios to the baseline's (what expectations
         and benchmarks compare: robust to one slow run)."""
         fig = self.figures
@@ -214,7 +283,7 @@ class Report:
                 L.append(f"    {v:<{self.w}} " + ", ".join(cells))
         return L
 
-    def fio_clat(self, v, d, metric="lat"):
+    def fio_clat(self, v: str, d: str, metric: str = "lat") -> float | None:
         """fio's mean completion latency (metric "lat"; "tlat": submission and completion) of
         a direction over its jobs, weighted by I/O, ms."""
         tot = n = 0.0
@@ -228,13 +297,14 @@ class Report:
                 n += mean(io)
         return tot / n if n else None
 
-    def _expectations(self):
+    def _expectations(self) -> list[expect.Outcome]:
         try:
             sp = specmod.load(self.spec_path)
-        except specmod.SpecError as e:
-            raise ReportError(str(e)) from None
-        out = []
-        self.left_out = []      # (variant, expectation text, where): variants not run (--variants)
+            expect.check(sp, self._job(sp))
+        except specmod.SpecError as err:
+            raise ReportError(str(err)) from None
+        out: list[expect.Outcome] = []
+        self.left_out: list[tuple[str, str, str]] = []      # (variant, expectation text, where): variants not run (--variants)
         sections = [("", sp.experiment)] + [(n, s) for n, s in sp.variants.items()]
         for scope, sec in sections:
             for text, line in sec.expects:
@@ -254,21 +324,32 @@ class Report:
                                                f"{self.spec_name}:{line}"))
         return out
 
+    def _job(self, sp: specmod.Spec) -> str:
+        """The fio job the runs ran: the one of the folder's copy of the spec (a spec given
+        with --spec judges the same runs), else the given spec's."""
+        ran = os.path.join(self.dir, "spec.exp")
+        if ran != self.spec_path and os.path.isfile(ran):
+            try:
+                return specmod.load(ran).experiment.get("fio", "")
+            except specmod.SpecError:
+                pass
+        return sp.experiment.get("fio", "")
+
     # --- verdicts --------------------------------------------------------------------
-    def failed_runs(self):
+    def failed_runs(self) -> list[tuple[str, int, RunStatus]]:
         return [(v, r, st) for v, r, st in self.runs if st and st.get("status") != "ok"]
 
-    def missing_runs(self):
+    def missing_runs(self) -> list[tuple[str, int]]:
         return [(v, r) for v, r, st in self.runs if st is None]
 
-    def failed_expectations(self):
+    def failed_expectations(self) -> list[expect.Outcome]:
         return [o for o in self.outcomes if not o.passed]
 
-    def ok(self):
+    def ok(self) -> bool:
         return not self.failed_runs() and not self.missing_runs() and not self.failed_expectations()
 
     # --- the table -------------------------------------------------------------------
-    def text(self):
+    def text(self) -> str:
         p = self.plan
         L = [f"Experiment {p['name']}: {p['description']}",
              f"{p['vm']}; {p['reps']} repetition(s) of about {p['fio_seconds']} s of fio; {p['scale_note']}",
@@ -331,9 +412,9 @@ class Report:
         return "\n".join(L) + "\n"
 
     # --- machine-readable ------------------------------------------------------------
-    def summary(self):
+    def summary(self) -> dict[str, object]:
         fig = self.figures
-        figures = []
+        figures: list[dict[str, object]] = []
         for job, d in fig.keys:
             for v in self.variants:
                 for m in METRICS:
@@ -354,14 +435,14 @@ class Report:
             "runs": [{"variant": v, "rep": r, "status": (st or {}).get("status", "not run"),
                       "why": (st or {}).get("why", ""), "seconds": (st or {}).get("seconds")} for v, r, st in self.runs],
             "figures": figures,
-            "attribution": self.attribution,
+            "attribution": {v: a.as_json() for v, a in self.attribution.items()},
             "expectations": [{"variant": o.variant, "expect": o.expectation.text, "where": o.where,
                               "passed": o.passed, "figure": o.figure, "bound": o.expectation.describe_bound(),
                               "ratio": o.expectation.ratio, "detail": o.detail} for o in self.outcomes],
             "passed": self.ok(),
         }
 
-    def junit(self):
+    def junit(self) -> str:
         name = f"hvstor.{self.plan['name']}"
         suite = ET.Element("testsuite", name=name)
         tests = failures = skipped = 0
@@ -402,15 +483,15 @@ class Report:
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
     # --- plots -----------------------------------------------------------------------
-    def plots(self, log=print):
+    def plots(self, log: Log = print) -> list[str]:
         pdir = os.path.join(self.dir, "plots")
         shutil.rmtree(pdir, ignore_errors=True)
         os.makedirs(os.path.join(pdir, "data"))
         if not shutil.which("gnuplot"):
             log("gnuplot is missing: no plots (apt-get install gnuplot-nox)")
             return []
-        made = []
-        for d in sorted({d for v in self.attribution.values() for d in v if isinstance(v.get(d), dict)}):
+        made: list[str] = []
+        for d in sorted({d for a in self.attribution.values() for d in a.dirs}):
             png = _attribution_plot(self, pdir, d)
             if png:
                 made.append(png)
@@ -421,7 +502,7 @@ class Report:
                     made.append(png)
         return made
 
-    def write(self, log=print):
+    def write(self, log: Log = print) -> str:
         try:
             pngs = self.plots(log)
         except (ReportError, OSError) as e:      # no plots is no reason to lose the verdict
@@ -438,27 +519,29 @@ class Report:
         return text
 
 
-def _gq(text):
+def _gq(text: object) -> str:
     """A gnuplot single-quoted string."""
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _nan_none(x):
+def _nan_none(x: float) -> float | None:
     return None if x != x else x
 
 
 _DIRNUM = {"read": 0, "write": 1, "trim": 2}
 
 
-def series(d, variant, job, direction, kind, avg_ms, scale):
+def series(d: str, variant: str, job: str, direction: str, kind: str, avg_ms: float, scale: float) -> list[tuple[float, float]]:
     """(seconds, value) points: per log-avg-msec bin, IOPS summed over a job's clones and
     averaged over repetitions, or completion latency (ms) averaged over all entries."""
     ftype = "iops" if kind == "iops" else "clat"
     files = sorted(glob.glob(os.path.join(glob.escape(d), "runs", glob.escape(variant), "rep*", "results", "logs",
                                           f"{glob.escape(job)}_{ftype}.*.log")))
     want = _DIRNUM[direction]
-    sums, n = {}, {}
-    reps = set()
+    rep_sums: dict[tuple[str, int], float] = {}        # iops: (repetition, bin) -> IOPS summed over clones
+    sums: dict[int, float] = {}                        # clat: bin -> sum of latencies
+    n: dict[int, int] = {}
+    reps: set[str] = set()
     for path in files:
         rep = os.path.relpath(path, d).split(os.sep)[2]       # runs/<variant>/rep<N>/...
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -473,15 +556,15 @@ def series(d, variant, job, direction, kind, avg_ms, scale):
                 b = int((t + avg_ms / 2) // avg_ms)
                 if kind == "iops":
                     reps.add(rep)
-                    sums[(rep, b)] = sums.get((rep, b), 0.0) + val
+                    rep_sums[(rep, b)] = rep_sums.get((rep, b), 0.0) + val
                 else:
                     sums[b] = sums.get(b, 0.0) + val
                     n[b] = n.get(b, 0) + 1
-    pts = []
+    pts: list[tuple[float, float]] = []
     if kind == "iops":
-        bins = sorted({b for _, b in sums})
+        bins = sorted({b for _, b in rep_sums})
         for b in bins:
-            vals = [sums[(r, b)] for r in reps if (r, b) in sums]
+            vals = [rep_sums[(r, b)] for r in reps if (r, b) in rep_sums]
             pts.append((b * avg_ms / 1000 / scale, sum(vals) / len(vals) * scale))
     else:
         for b in sorted(sums):
@@ -489,10 +572,10 @@ def series(d, variant, job, direction, kind, avg_ms, scale):
     return pts
 
 
-def _attribution_plot(rep, pdir, d):
+def _attribution_plot(rep: Report, pdir: str, d: str) -> str | None:
     """Stacked bars: one per variant, the parts of a request's latency in one direction."""
     parts = ("tag", "sched", "scsi", "host", "transport", "device", "complete", "wake")
-    rows = [(v, rep.attribution[v][d]) for v in rep.variants if isinstance(rep.attribution.get(v, {}).get(d), dict)]
+    rows = [(v, rep.attribution[v].dirs[d]) for v in rep.variants if v in rep.attribution and d in rep.attribution[v].dirs]
     if not rows:
         return None
     dat = os.path.join(pdir, "data", f"attribution-{d}.dat")
@@ -512,7 +595,7 @@ def _attribution_plot(rep, pdir, d):
     return _gnuplot(script, png)
 
 
-def _gnuplot(script, png):
+def _gnuplot(script: str, png: str) -> str:
     """Runs a gnuplot script that writes png (with the plain png terminal when gnuplot has
     no cairo)."""
     r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
@@ -523,7 +606,7 @@ def _gnuplot(script, png):
     return png
 
 
-def _plot(rep, pdir, job, direction, kind):
+def _plot(rep: Report, pdir: str, job: str, direction: str, kind: str) -> str | None:
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", job)
     cmds = []
     for v in rep.variants:

@@ -1,6 +1,9 @@
-"""Runs an experiment: every variant x repetition in its own guest (scripts/boot.sh),
-checks that each guest ran what its variant asked for, then the report."""
+"""Runs an experiment: every variant x repetition in its own guest (the machine layer,
+scripts/hvmachine), checks that each guest ran what its variant asked for, then the report."""
 
+from __future__ import annotations
+
+import argparse
 import concurrent.futures as cf
 import datetime
 import json
@@ -12,15 +15,24 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from hvmachine.assets import AssetError
+from hvmachine.guest import GuestError
+from hvmachine.machine import BootError, BootResult, Machine, RESULTS_PORT, KMSG_PORT
+from hvmachine.qemu import QemuError, qemu_binary
 
 from . import plan as planmod
 from . import report as reportmod
+from .params import param_matches
 from .plan import ROOT
+from .results import Row
 
 EXIT_OK, EXIT_EXPECT, EXIT_USAGE, EXIT_RUN = 0, 1, 2, 3
 
 
-def log(msg):
+def log(msg: str) -> None:
     print(f"[hvstor {datetime.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
 
 
@@ -28,11 +40,12 @@ class RunnerError(Exception):
     pass
 
 
-def cache_dir():
+def cache_dir() -> str:
     return os.environ.get("HVSTOR_CACHE") or os.path.join(ROOT, ".cache")
 
 
-def build_module(variant, kernel, modules, kdir, patch, source=""):
+def build_module(variant: str, kernel: str, modules: str, kdir: str, patch: str,
+                 source: str = "") -> tuple[str, dict[str, str]]:
     """scripts/build-module.sh; returns (ko path, build-info as a dict)."""
     cmd = ["bash", os.path.join(ROOT, "scripts", "build-module.sh"), "--kernel", kernel]
     if modules:
@@ -43,7 +56,7 @@ def build_module(variant, kernel, modules, kdir, patch, source=""):
         cmd += ["--source", source]
     cmd.append(patch)
     log(f"variant {variant}: building hv_storvsc with {patch} for {os.path.basename(kernel)}")
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
     lines = r.stdout.strip().splitlines()
     if r.returncode != 0 or not lines:
         raise RunnerError(f"variant {variant}: building the module failed (scripts/build-module.sh, output above)")
@@ -60,128 +73,108 @@ def build_module(variant, kernel, modules, kdir, patch, source=""):
     return ko, info
 
 
-def modinfo(ko, field):
-    r = subprocess.run(["modinfo", "-F", field, ko], capture_output=True, text=True)
+def modinfo(ko: str, field: str) -> str:
+    r = subprocess.run(["modinfo", "-F", field, ko], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise RunnerError(f"modinfo cannot read {ko}: {r.stderr.strip()}")
     return r.stdout.strip()
 
 
-def shq(a):
+def shq(a: str) -> str:
     return a if re.fullmatch(r"[A-Za-z0-9_./=,:+@%-]+", a) else shlex.quote(a)
 
 
-def boot_args(plan, v, run_dir, qemu):
-    var = plan.variants[v]
-    args = ["--qemu", qemu, "--kernel", var.kernel]
-    if var.modules:
-        args += ["--modules", var.modules]
-    args += ["--vcpus", str(var.vcpus), "--mem", var.mem, "--timeout", str(var.timeout),
-             "--wait-disks", str(var.wait_disks), "--log", os.path.join(run_dir, "console.log"),
-             "--results", os.path.join(run_dir, "results")]
-    if var.ko:
-        args += ["--ko", var.ko]
-    if var.append:
-        args += ["--append", var.append]
-    devs = [a.replace(f"@SCRATCH{i}@", os.path.join(run_dir, f"disk{i}.img")).replace("@RUNDIR@", run_dir)
-            for a in var.devices for i in [_scratch_index(a)]]
-    return args, devs
-
-
-def _scratch_index(a):
-    m = re.search(r"@SCRATCH([0-9]+)@", a)
-    return int(m.group(1)) if m else -1
-
-
-def dry_run(plan):
+def dry_run(plan: planmod.Plan) -> None:
+    """What each variant would boot: its guest as the machine layer describes it, QEMU's
+    device arguments, and the guest script."""
     for v in plan.order:
         var = plan.variants[v]
+        g = plan.guest(v, "RUN")
         print(f"== variant {v}: {var.summary}")
-        args, devs = boot_args(plan, v, "RUN", "QEMU")
-        args = args[2:]                      # no --qemu
-        env = "".join(f"{k}={shq(x)} " for k, x in var.env.items())
-        print(f"{env}scripts/boot.sh " + " ".join(shq(a) for a in args) + " --cmd SCRIPT -- " +
-              " ".join(shq(a) for a in devs))
+        print(f"kernel {g.kernel}" + (f" (modules {g.modules})" if g.modules else "") +
+              f", {g.vcpus} vCPUs, {g.mem}" + (f", module {g.ko[0]}" if g.ko else "") +
+              f", deadline {g.timeout:g}s" + (f", initramfs adds {' '.join(g.initramfs_modules)}" if g.initramfs_modules else ""))
+        print(f"kernel command line: {g.kernel_cmdline(RESULTS_PORT, KMSG_PORT)}")
+        print("QEMU: " + " ".join(shq(a) for a in g.device_args() + g.qemu_args))
     print(f"== guest script (variant {plan.order[0]})")
     print(plan.scripts[plan.order[0]], end="")
 
 
 # --- checks of one run -----------------------------------------------------------------
-def check_run(var, res):
+def check_run(var: planmod.Variant, res: str) -> Optional[str]:
     """Why a run's results are not what the variant asked for; None when fine."""
     h = reportmod.header(os.path.join(res, "header"))
     if not h:
         return "the guest wrote no header"
-    if var.device == "virtio-scsi":
-        pass                                # nothing of ours to check in the guest
-    elif var.device == "scsi_debug":
-        if h.get("scsi_debug.loaded") != "yes":
-            return "scsi_debug is not loaded in the guest"
-        for k in ("submit_queues", "host_max_queue", "max_queue", "ndelay"):
-            if k in var.scsi_debug and h.get(f"scsi_debug.{k}") != var.scsi_debug[k]:
-                return f"scsi_debug parameter {k} is '{h.get('scsi_debug.' + k, '')}' in the guest, the variant sets {var.scsi_debug[k]}"
+    if var.device == "scsi_debug":
+        why = _check_scsi_debug(var, h)
+    elif var.device == "hv-storvsc":
+        why = _check_module(var, h) or _check_params(var, h)
     else:
-        if h.get("module.loaded") != "yes":
-            return "hv_storvsc is not loaded in the guest"
-        got = h.get("module.version", "")
-        if var.want_version:
-            if got != var.want_version:
-                return f"the guest loaded hv_storvsc '{got or 'stock'}', not the module built for this variant ({var.want_version})"
-        elif var.ko:
-            if var.want_srcversion and h.get("module.srcversion") != var.want_srcversion:
-                return (f"the guest loaded hv_storvsc with srcversion '{h.get('module.srcversion', '')}', "
-                        f"not {var.ko} ({var.want_srcversion})")
-            if not var.want_srcversion and "O" not in h.get("module.taint", ""):
-                return f"the guest's hv_storvsc is not out of tree: {var.ko} was not loaded"
-        elif got:
-            return f"the guest loaded an out-of-tree hv_storvsc ({got}), the variant wants the stock one"
-        for p in var.params:
-            k, _, val = p.partition("=")
-            if k.startswith("hv_storvsc."):
-                k = k[len("hv_storvsc."):]
-            elif "." in k:
-                continue
-            if h.get(f"param.{k}") != val:
-                return f"hv_storvsc parameter {k} is '{h.get('param.' + k, '')}' in the guest, the variant sets {val}"
-    if not os.path.isfile(os.path.join(res, "fio.json")) or os.path.getsize(os.path.join(res, "fio.json")) == 0:
+        why = None                          # virtio-scsi: nothing of ours to check in the guest
+    if why:
+        return why
+    fio = os.path.join(res, "fio.json")
+    if not os.path.isfile(fio) or os.path.getsize(fio) == 0:
         return "no fio.json"
     return None
 
 
-def clean_console(path):
-    try:
+def _check_scsi_debug(var: planmod.Variant, h: dict[str, str]) -> Optional[str]:
+    if h.get("scsi_debug.loaded") != "yes":
+        return "scsi_debug is not loaded in the guest"
+    for k in ("submit_queues", "host_max_queue", "max_queue", "ndelay"):
+        if k in var.scsi_debug and h.get(f"scsi_debug.{k}") != var.scsi_debug[k]:
+            return f"scsi_debug parameter {k} is '{h.get('scsi_debug.' + k, '')}' in the guest, the variant sets {var.scsi_debug[k]}"
+    return None
+
+
+def _check_module(var: planmod.Variant, h: dict[str, str]) -> Optional[str]:
+    if h.get("module.loaded") != "yes":
+        return "hv_storvsc is not loaded in the guest"
+    got = h.get("module.version", "")
+    if var.want_version:
+        if got != var.want_version:
+            return f"the guest loaded hv_storvsc '{got or 'stock'}', not the module built for this variant ({var.want_version})"
+    elif var.ko:
+        if var.want_srcversion and h.get("module.srcversion") != var.want_srcversion:
+            return (f"the guest loaded hv_storvsc with srcversion '{h.get('module.srcversion', '')}', "
+                    f"not {var.ko} ({var.want_srcversion})")
+        if not var.want_srcversion and "O" not in h.get("module.taint", ""):
+            return f"the guest's hv_storvsc is not out of tree: {var.ko} was not loaded"
+    elif got:
+        return f"the guest loaded an out-of-tree hv_storvsc ({got}), the variant wants the stock one"
+    return None
+
+
+def _check_params(var: planmod.Variant, h: dict[str, str]) -> Optional[str]:
+    """Each hv_storvsc parameter reads back as the kernel parsed what the variant set (a
+    bool set as 1 reads Y)."""
+    for p in var.params:
+        k, _, val = p.partition("=")
+        if k.startswith("hv_storvsc."):
+            k = k[len("hv_storvsc."):]
+        elif "." in k:
+            continue
+        got = h.get(f"param.{k}")
+        if got is None or not param_matches(val, got):
+            return f"hv_storvsc parameter {k} is '{got or ''}' in the guest, the variant sets {val}"
+    return None
+
+
+def failure_text(v: str, rep: int, run_dir: str, why: str) -> str:
+    """What a person needs of a failed run: the reason, then what the machine layer saw
+    (boot.txt: QEMU's output, the kernel's report, the console's end), the guest header."""
+    out = ["", f"[hvstor] error: {v}, repetition {rep}: {why}"]
+    for name, title in (("boot.txt", "the boot"), ("output.log", "the guest command's last lines")):
+        path = os.path.join(run_dir, name)
+        if not os.path.isfile(path):
+            continue
         with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return []
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[A-Za-z]|\r", "", text)
-    return text.splitlines()
-
-
-def failure_text(v, rep, run_dir, why):
-    out = [f"", f"[hvstor] error: {v}, repetition {rep}: {why}",
-           f"--- boot.sh and the guest command ({run_dir}/output.log) ---"]
-    try:
-        with open(os.path.join(run_dir, "output.log"), encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
-    except OSError:
-        lines = []
-    cut = next((i for i, ln in enumerate(lines) if ln in ("--- QEMU output ---", "--- last 60 lines of the guest console ---")), len(lines))
-    out += lines[:cut][-25:]
-    if "--- QEMU output ---" in lines:
-        i = lines.index("--- QEMU output ---")
-        q = []
-        for ln in lines[i:]:
-            if ln.startswith("--- last 60 lines"):
-                break
-            q.append(ln)
-        out += q[:21]
-    console = clean_console(os.path.join(run_dir, "console.log"))
-    panic = [ln for ln in console if re.search(r"Kernel panic|BUG:|Oops|general protection|modprobe .* failed|"
-                                                r"Unknown symbol|disagrees about version|exec format", ln)][:6]
-    if panic:
-        out += ["--- the guest console says ---"] + panic
-    out += [f"--- last 25 lines of the guest console ({run_dir}/console.log) ---"] + console[-25:]
+        if name == "output.log":
+            lines = lines[-25:]
+        out += [f"--- {title} ({path}) ---"] + lines
     hdr = os.path.join(run_dir, "results", "header")
     if os.path.isfile(hdr):
         with open(hdr, encoding="utf-8", errors="replace") as f:
@@ -191,119 +184,151 @@ def failure_text(v, rep, run_dir, why):
 
 
 # --- one run ---------------------------------------------------------------------------
-def run_one(plan, v, rep, out, qemu):
+@dataclass
+class RunStatus:
+    status: str                  # ok or failed
+    why: str
+    seconds: float
+    rc: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": self.status, "why": self.why, "seconds": self.seconds, "rc": self.rc}
+
+
+def boot_run(plan: planmod.Plan, v: str, run_dir: str, qemu: str) -> tuple[Optional[BootResult], str]:
+    """Boots one run of variant v; its files in run_dir. (result, why it failed to boot)."""
     var = plan.variants[v]
-    run_dir = os.path.join(out, "runs", v, f"rep{rep}")
-    shutil.rmtree(run_dir, ignore_errors=True)
-    os.makedirs(run_dir)
-    for i, disk in enumerate(plan.spec.disks):
-        if disk.get("file") == "scratch" and var.device == "hv-storvsc":
-            size = planmod.size_bytes(disk.get("size")) or 0
-            with open(os.path.join(run_dir, f"disk{i}.img"), "wb") as f:
-                f.truncate(size)
-    args, devs = boot_args(plan, v, run_dir, qemu)
-    env = dict(os.environ, HVSTOR_BOOT_QUIET="1", **var.env)
-    load = [subprocess.Popen(["nice", "-n", "19", "sh", "-c", "while :; do :; done"]) for _ in range(var.host_load)]
-    t0 = time.monotonic()
+    for i, size in var.hw.scratch.items():
+        with open(os.path.join(run_dir, f"disk{i}.img"), "wb") as img:
+            img.truncate(size)
+    load = [subprocess.Popen(["nice", "-n", "19", "sh", "-c", "while :; do :; done"])  # pylint: disable=consider-using-with
+            for _ in range(var.host_load)]
     try:
-        with open(os.path.join(run_dir, "output.log"), "w", encoding="utf-8") as logf:
-            rc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "boot.sh")] + args +
-                                ["--cmd", plan.scripts[v], "--"] + devs,
-                                stdout=logf, stderr=subprocess.STDOUT, env=env).returncode
+        with open(os.path.join(run_dir, "output.log"), "w", encoding="utf-8") as out:
+            m = Machine(plan.guest(v, run_dir), run_dir, qemu=qemu, name=f"{v}-rep",
+                        console_log=os.path.join(run_dir, "console.log"),
+                        results_dir=os.path.join(run_dir, "results"),
+                        on_output=lambda line: print(line, file=out, flush=True))
+            with m:
+                return m.finish(), ""
+    except (BootError, AssetError, QemuError, GuestError) as e:
+        return None, str(e)
     finally:
         for p in load:
             p.kill()
             p.wait()
-    secs = time.monotonic() - t0
-    for f in os.listdir(run_dir):
-        if re.fullmatch(r"disk[0-9]+\.img", f):
-            os.unlink(os.path.join(run_dir, f))
+        for i in var.hw.scratch:
+            os.unlink(os.path.join(run_dir, f"disk{i}.img"))
+
+
+def run_one(plan: planmod.Plan, v: str, rep: int, out: str,
+            qemu: str) -> tuple[dict[str, Any], Optional[list[Row]], str]:
+    var = plan.variants[v]
+    run_dir = os.path.join(out, "runs", v, f"rep{rep}")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    t0 = time.monotonic()
+    r, why = boot_run(plan, v, run_dir, qemu)
     res = os.path.join(run_dir, "results")
-    why = None
-    if rc != 0:
-        err = os.path.join(res, "error")
-        if os.path.isfile(err) and os.path.getsize(err):
-            with open(err, encoding="utf-8", errors="replace") as f:
-                why = "the guest command failed: " + f.read().strip()
-        else:
-            with open(os.path.join(run_dir, "output.log"), encoding="utf-8", errors="replace") as f:
-                m = re.search(r"^\[hvstor\] error: (.*)$", f.read(), re.M)
-            why = m.group(1) if m else f"the boot failed with status {rc}"
-    else:
-        why = check_run(var, res)
+    rc = 125 if r is None else r.exit_code
+    if r is not None:
+        with open(os.path.join(run_dir, "boot.txt"), "w", encoding="utf-8") as f:
+            f.write(r.describe() + "\n")
+        why = _why_failed(r, res) or check_run(var, res) or ""
     rows = None
     if not why:
         try:
             rows = reportmod.load_run_dir(run_dir)
         except reportmod.ResultError as e:
             why = str(e)
-    status = {"status": "failed" if why else "ok", "why": why or "", "seconds": secs, "rc": rc}
+    status = RunStatus("failed" if why else "ok", why, time.monotonic() - t0, rc)
     with open(os.path.join(run_dir, "run.json"), "w", encoding="utf-8") as f:
-        json.dump(status, f)
-    return status, rows, run_dir
+        json.dump(status.as_json(), f)
+    return status.as_json(), rows, run_dir
 
 
-def figures_line(rows, scale):
+def _why_failed(r: BootResult, res: str) -> Optional[str]:
+    """Why a boot did not give a run: the machine layer's reason, or the guest command's."""
+    if r.failure is not None:
+        return r.failure.message
+    if r.status == 0:
+        return None
+    err = os.path.join(res, "error")
+    if os.path.isfile(err) and os.path.getsize(err):
+        with open(err, encoding="utf-8", errors="replace") as f:
+            return "the guest command failed: " + f.read().strip()
+    return f"the guest command exited with status {r.status}"
+
+
+def figures_line(rows: list[Row], scale: float) -> str:
     return "; ".join(f"{r['job']} {r['dir']} {r['iops'] * scale:.0f} IOPS {r['bw_bytes'] * scale / 1e6:.1f} MB/s "
                      f"{r['clat_mean_ns'] / scale / 1e6:.2f} ms" for r in rows)
 
 
-def hw_queues(run_dir):
+def hw_queues(run_dir: str) -> str:
     h = reportmod.header(os.path.join(run_dir, "results", "header"))
     return next((val for k, val in h.items() if re.fullmatch(r"disk\.[a-z]+\.hw_queues", k)), "?")
 
 
-def execute(plan, out, qemu, jobs):
+@dataclass
+class _Progress:
+    """What the runs of an experiment share: how many are done, the first failure."""
+    total: int
+    started: float
+    done: int = 0
+    failure: Optional[str] = None
+    stop: bool = False
+
+
+def execute(plan: planmod.Plan, out: str, qemu: str, jobs: int) -> Optional[str]:
     """Boots every run, at most `jobs` at a time, repetition-major (A B A B ...). Stops
     starting runs at the first failure. Returns the first failure's text or None."""
     order = [(rep, v) for rep in range(1, plan.reps + 1) for v in plan.order]
-    total = len(order)
     lock = threading.Lock()
-    state = {"done": 0, "failure": None, "started": time.monotonic()}
+    state = _Progress(len(order), time.monotonic())
 
-    def one(k, rep, v):
+    def one(k: int, rep: int, v: str) -> None:
         with lock:
-            if state["failure"] or state.get("stop"):
+            if state.failure or state.stop:
                 return
-            done = state["done"]
             eta = ""
-            if done:
-                per = (time.monotonic() - state["started"]) / done
-                eta = f", about {per * (total - done) / jobs:.0f}s left"
-        log(f"[{k}/{total}] {v}, repetition {rep}/{plan.reps}: booting{eta}")
+            if state.done:
+                per = (time.monotonic() - state.started) / state.done
+                eta = f", about {per * (state.total - state.done) / jobs:.0f}s left"
+        log(f"[{k}/{state.total}] {v}, repetition {rep}/{plan.reps}: booting{eta}")
         status, rows, run_dir = run_one(plan, v, rep, out, qemu)
         with lock:
-            state["done"] += 1
-            if status["status"] != "ok":
-                if not state["failure"]:
-                    state["failure"] = failure_text(v, rep, run_dir, status["why"])
+            state.done += 1
+            if status["status"] != "ok" or rows is None:
+                if not state.failure:
+                    state.failure = failure_text(v, rep, run_dir, status["why"])
                 return
-        log(f"[{k}/{total}] {v}, repetition {rep}: {status['seconds']:.0f}s, hw queues {hw_queues(run_dir)}: "
+        log(f"[{k}/{state.total}] {v}, repetition {rep}: {status['seconds']:.0f}s, hw queues {hw_queues(run_dir)}: "
             f"{figures_line(rows, plan.variants[v].scale)}")
 
     if jobs <= 1:
         for k, (rep, v) in enumerate(order, 1):
             one(k, rep, v)
-            if state["failure"]:
+            if state.failure:
                 break
-    else:
-        ex = cf.ThreadPoolExecutor(max_workers=jobs)
-        try:
-            futs = [ex.submit(one, k, rep, v) for k, (rep, v) in enumerate(order, 1)]
-            for f in futs:
-                f.result()
-        except BaseException:
-            # Ctrl-C or an error: start nothing more; the boots under way end with their
-            # timeout at the latest (each is its own process group's child).
-            with lock:
-                state["stop"] = True
-            ex.shutdown(wait=False, cancel_futures=True)
-            raise
-        ex.shutdown()
-    return state["failure"]
+        return state.failure
+    ex = cf.ThreadPoolExecutor(max_workers=jobs)
+    try:
+        futs = [ex.submit(one, k, rep, v) for k, (rep, v) in enumerate(order, 1)]
+        for fut in futs:
+            fut.result()
+    except BaseException:
+        # Ctrl-C or an error: start nothing more; the boots under way end with their
+        # deadline at the latest.
+        with lock:
+            state.stop = True
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown()
+    return state.failure
 
 
-def plan_json(plan):
+def plan_json(plan: planmod.Plan) -> dict[str, Any]:
     vms = sorted({f"{os.path.basename(x.kernel)}, {x.vcpus} vCPUs, {x.mem}" for x in plan.variants.values()})
     return {
         "name": plan.name, "spec": os.path.basename(plan.spec.path),
@@ -319,7 +344,7 @@ def plan_json(plan):
     }
 
 
-def prepare_out(out):
+def prepare_out(out: str) -> None:
     """An empty results folder: a new one, or an earlier experiment's (its runs go, so
     that none of them counts again); any other folder with files in it is refused."""
     if os.path.isdir(out) and os.listdir(out):
@@ -328,24 +353,21 @@ def prepare_out(out):
         log(f"{out}: replacing the results of an earlier experiment")
         for name in os.listdir(out):
             p = os.path.join(out, name)
-            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
 
 
-def find_qemu():
-    q = os.environ.get("QEMU")
-    if q:
-        if not os.access(q, os.X_OK):
-            raise RunnerError(f"QEMU={q} is not an executable")
-        return q
-    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "build-qemu.sh")], stdout=subprocess.PIPE, text=True)
-    lines = r.stdout.strip().splitlines()
-    if r.returncode != 0 or not lines:
-        raise RunnerError("building QEMU failed")
-    return lines[-1]
+def find_qemu() -> str:
+    try:
+        return qemu_binary()
+    except QemuError as e:
+        raise RunnerError(str(e)) from None
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     spec = planmod_spec_load(args.spec)
     only = args.variants.split(",") if args.variants else None
     plan = planmod.Plan(spec, reps=args.reps, runtime=args.runtime, only=only,
@@ -361,14 +383,7 @@ def run(args):
             log(f"--jobs {args.jobs}: {need} vCPUs at once on {cores} host cores: the runs compete for CPUs, "
                 "so their figures are not comparable to runs made one at a time")
     qemu = find_qemu()
-    default_out = not args.out
-    out = args.out or os.path.join(cache_dir(), "results", f"{plan.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    prepare_out(out)
-    if default_out:
-        link = os.path.join(cache_dir(), "results", f"{plan.name}-latest")
-        if os.path.islink(link) or os.path.exists(link):
-            os.unlink(link)
-        os.symlink(out, link)
+    out = _results_folder(plan, args.out)
     shutil.copyfile(args.spec, os.path.join(out, "spec.exp"))
     with open(os.path.join(out, "plan.json"), "w", encoding="utf-8") as f:
         json.dump(plan_json(plan), f, indent=1)
@@ -387,7 +402,19 @@ def run(args):
     return verdict(rep, f"experiment {plan.name} done in {time.monotonic() - started:.0f}s: {out}")
 
 
-def verdict(rep, done_msg):
+def _results_folder(plan: planmod.Plan, given: Optional[str]) -> str:
+    """--out, or a new dated folder under the cache with a -latest link to it."""
+    out = given or os.path.join(cache_dir(), "results", f"{plan.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    prepare_out(out)
+    if not given:
+        link = os.path.join(cache_dir(), "results", f"{plan.name}-latest")
+        if os.path.islink(link) or os.path.exists(link):
+            os.unlink(link)
+        os.symlink(out, link)
+    return out
+
+
+def verdict(rep: reportmod.Report, done_msg: str) -> int:
     bad = rep.failed_expectations()
     for o in bad:
         print(o.line(), file=sys.stderr)
@@ -401,8 +428,8 @@ def verdict(rep, done_msg):
     return EXIT_OK
 
 
-def planmod_spec_load(path):
-    from . import spec
+def planmod_spec_load(path: str) -> Any:
+    from . import spec  # pylint: disable=import-outside-toplevel
     if not os.path.isfile(path):
         raise RunnerError(f"no such spec file: {path}")
     return spec.load(path)

@@ -8,6 +8,7 @@ blank); `key = <<TAG` starts a here-document that ends at a line holding only TA
 
 import re
 from dataclasses import dataclass, field
+from typing import overload
 
 EXPERIMENT_KEYS = frozenset("""
     description kernel modules kdir storvsc-source vcpus mem repetitions time-scale timeout log-avg-msec
@@ -27,7 +28,7 @@ _COMMENT = re.compile(r"\s+#.*$")
 class SpecError(Exception):
     """A mistake in a spec, with the file and line it is on."""
 
-    def __init__(self, path, line, message):
+    def __init__(self, path: str, line: int, message: str) -> None:
         where = f"{path}:{line}" if line else str(path)
         super().__init__(f"{where}: {message}")
         self.path, self.line, self.message = path, line, message
@@ -38,11 +39,18 @@ class Section:
     kind: str                      # experiment, disk, variant
     name: str
     line: int
-    values: dict = field(default_factory=dict)     # key -> value
-    lines: dict = field(default_factory=dict)      # key -> line number
-    expects: list = field(default_factory=list)    # (text, line)
+    values: dict[str, str] = field(default_factory=dict)     # key -> value
+    lines: dict[str, int] = field(default_factory=dict)      # key -> line number
+    expects: list[tuple[str, int]] = field(default_factory=list)    # (text, line)
 
-    def get(self, key, default=None):
+    @overload
+    def get(self, key: str) -> str | None: ...
+    @overload
+    def get(self, key: str, default: str) -> str: ...
+    @overload
+    def get(self, key: str, default: str | None) -> str | None: ...
+
+    def get(self, key: str, default: str | None = None) -> str | None:
         return self.values.get(key, default)
 
 
@@ -50,35 +58,44 @@ class Section:
 class Spec:
     path: str
     experiment: Section
-    disks: list
-    variants: dict                 # name -> Section, in file order
+    disks: list[Section]
+    variants: dict[str, Section]   # name -> Section, in file order
 
-    def value(self, variant, key, default=None):
+    @overload
+    def value(self, variant: str, key: str) -> str | None: ...
+    @overload
+    def value(self, variant: str, key: str, default: str) -> str: ...
+    @overload
+    def value(self, variant: str, key: str, default: str | None) -> str | None: ...
+
+    def value(self, variant: str, key: str, default: str | None = None) -> str | None:
         """The variant's value, else the experiment's, else default."""
         sec = self.variants[variant]
         if key in sec.values:
             return sec.values[key]
         return self.experiment.values.get(key, default)
 
-    def where(self, variant, key):
-        """(path, line) of the value value() returns, for error messages."""
+    def where(self, variant: str, key: str) -> int:
+        """The line of the value value() returns (0: not in the file), for error messages."""
         sec = self.variants[variant]
         if key in sec.lines:
             return sec.lines[key]
         return self.experiment.lines.get(key, 0)
 
-    def error(self, line, message):
+    def error(self, line: int, message: str) -> SpecError:
         return SpecError(self.path, line, message)
 
 
-def parse(text, path="<spec>"):
-    experiment = None
-    disks, variants = [], {}
-    section = None
-    heredoc = None          # (tag, key, start line, collected lines)
+def parse(text: str, path: str = "<spec>") -> Spec:
+    experiment: Section | None = None
+    disks: list[Section] = []
+    variants: dict[str, Section] = {}
+    section: Section | None = None
+    heredoc: tuple[str, str, int, list[str]] | None = None      # (tag, key, start line, collected lines)
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.rstrip("\r")
         if heredoc:
+            assert section is not None          # a here-document starts after a key of a section
             tag, key, start, body = heredoc
             if line.rstrip() == tag:
                 _store(path, section, key, "".join(body), start)
@@ -138,7 +155,7 @@ def parse(text, path="<spec>"):
     return Spec(path, experiment, disks, variants)
 
 
-def _store(path, section, key, value, n):
+def _store(path: str, section: Section, key: str, value: str, n: int) -> None:
     if key in REPEATABLE:
         section.expects.append((value, n))
         return
@@ -148,7 +165,7 @@ def _store(path, section, key, value, n):
     section.lines[key] = n
 
 
-def load(path):
+def load(path: str) -> Spec:
     try:
         with open(path, encoding="utf-8-sig") as f:
             text = f.read()

@@ -4,6 +4,8 @@ builder of results folders as ./hvstor run leaves them (plan.json, spec.exp, run
 import json
 import os
 import sys
+from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -37,15 +39,26 @@ patch = none
 """
 
 
-def spec_text(exp_extra="", stock_extra="", shared_extra=""):
+# A job's figures in a run: (job, dir, iops, clat_mean_ms, p99_ms).
+JobFigures = tuple[str, str, float, float, float]
+# {variant: [rows per repetition]}; None: the repetition failed.
+RunFigures = dict[str, list[list[JobFigures] | None]]
+
+
+class MakeResults(Protocol):
+    def __call__(self, figures: RunFigures, spec: str | None = None, reps: int = 3, scale: float = 1.0,
+                 baseline: str = "stock") -> str: ...
+
+
+def spec_text(exp_extra: str = "", stock_extra: str = "", shared_extra: str = "") -> str:
     return SPEC.format(exp_extra=exp_extra, stock_extra=stock_extra, shared_extra=shared_extra)
 
 
-def fio_json(jobs):
+def fio_json(jobs: list[JobFigures]) -> str:
     """jobs: list of (name, dir, iops, clat_mean_ms, p99_ms) -> fio's JSON text."""
     out = []
     for name, d, iops, lat, p99 in jobs:
-        j = {"jobname": name}
+        j: dict[str, object] = {"jobname": name}
         for dd in ("read", "write", "trim"):
             j[dd] = {"total_ios": 0, "iops": 0, "bw_bytes": 0, "clat_ns": {"mean": 0}}
         j[d] = {"total_ios": int(iops * 5), "iops": iops, "bw_bytes": iops * 8192,
@@ -55,11 +68,12 @@ def fio_json(jobs):
 
 
 @pytest.fixture
-def results_dir(tmp_path):
+def results_dir(tmp_path: Path) -> MakeResults:
     """make(figures, spec=...) -> a results folder. figures: {variant: [[(job, dir, iops,
     lat, p99), ...] per repetition]}; a repetition given as None failed, one missing was not run."""
 
-    def make(figures, spec=None, reps=3, scale=1.0, baseline="stock"):
+    def make(figures: RunFigures, spec: str | None = None, reps: int = 3, scale: float = 1.0,
+             baseline: str = "stock") -> str:
         d = tmp_path / "res"
         d.mkdir()
         (d / "spec.exp").write_text(spec or spec_text())

@@ -1,5 +1,6 @@
 import gzip
 import os
+from pathlib import Path
 
 import pytest
 
@@ -10,11 +11,11 @@ SCSI = ("host_no=0 channel=0 id=0 lun=0 data_sgl=1 prot_sgl=0 prot_op=SCSI_PROT_
 DONE = " result=(driver=DRIVER_OK host=DID_OK message=COMMAND_COMPLETE status=SAM_STAT_GOOD)"
 
 
-def line(ts, event, body, cpu=0):
+def line(ts: float, event: str, body: str, cpu: int = 0) -> str:
     return f"             fio-187     [00{cpu}] .N...     {ts:.6f}: {event}: {body}"
 
 
-def chain(t, rw, sector, n, op, insert=True, ioprio=""):
+def chain(t: float, rw: str, sector: int, n: int, op: str, insert: bool = True, ioprio: str = "") -> list[str]:
     """A request's events, 6.1's format (6.12's adds the I/O priority)."""
     b = f"8,0 {rw} {sector} + {n} [fio]"
     rq = f"8,0 {rw} {n * 512} () {sector} + {n}{ioprio} [fio]"
@@ -28,7 +29,7 @@ def chain(t, rw, sector, n, op, insert=True, ioprio=""):
     return out
 
 
-def test_parts_of_complete_requests():
+def test_parts_of_complete_requests() -> None:
     lines = chain(10.0, "WS", 0, 16, "WRITE_10") + chain(10.1, "R", 4096, 8, "READ_10", insert=False,
                                                               ioprio=" none,0,0")
     lines.append(line(10.2, "block_bio_queue", "8,0 R 99 + 8 [fio]"))      # merged away: never completes
@@ -45,7 +46,7 @@ def test_parts_of_complete_requests():
         assert p["complete"] == pytest.approx(0.1)
 
 
-def test_interleaved_requests_on_one_sector_pair_in_order():
+def test_interleaved_requests_on_one_sector_pair_in_order() -> None:
     a, b = chain(1.0, "W", 8, 8, "WRITE_10"), chain(1.002, "W", 8, 8, "WRITE_10")
     merged = sorted(a + b, key=lambda ln: float(ln.split(":")[0].split()[-1]))
     reqs, partial = attrib.parse_guest(merged)
@@ -53,7 +54,7 @@ def test_interleaved_requests_on_one_sector_pair_in_order():
     assert all(attrib.parts_of(r)["device"] == pytest.approx(0.003) for _, r in reqs)
 
 
-def test_host_records_split_the_device_time():
+def test_host_records_split_the_device_time() -> None:
     host = ["18876@100.000000:hvstor_storvsp_srb_submit relid 1 id 0x10081 lun 0 opcode 0x2a 8192 bytes",
             "18876@100.000500:hvstor_storvsp_srb_submit relid 2 id 0x10081 lun 0 opcode 0x28 4096 bytes",
             "18876@100.002000:hvstor_storvsp_srb_complete relid 1 id 0x10081 srb status 0x01 scsi status 0x00 8192 bytes",
@@ -67,18 +68,19 @@ def test_host_records_split_the_device_time():
     assert p["host"] == pytest.approx(2.0) and p["transport"] == pytest.approx(1.0) and "device" not in p
 
 
-def test_run_folder(tmp_path):
+def test_run_folder(tmp_path: Path) -> None:
     r = tmp_path / "results"
     r.mkdir()
     with gzip.open(r / "trace.txt.gz", "wt") as f:
         f.write("# tracer: nop\n" + "\n".join(chain(5.0, "W", 0, 8, "WRITE_10")) + "\n")
     (r / "trace-stats").write_text("cpu0 overrun: 3 dropped events: 0 \ncpu1 overrun: 0 dropped events: 2 \n")
     a = attrib.run_attribution(str(tmp_path))
+    assert a is not None
     assert a["lost"] == 5 and a["partial"] == 0 and a["parts"]["write"]["n"] == 1
     assert attrib.run_attribution(str(tmp_path / "nothing")) is None
 
 
-def test_two_jobs_reading_the_same_sectors_are_told_apart_by_task():
+def test_two_jobs_reading_the_same_sectors_are_told_apart_by_task() -> None:
     a = chain(1.0, "R", 64, 8, "READ_10")
     # A second job queues the same sector 5 ms later; its request is allocated at once.
     b = [line(1.00005, "block_bio_queue", "8,0 R 64 + 8 [fio]").replace("fio-187", "fio-188"),

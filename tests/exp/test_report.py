@@ -1,25 +1,29 @@
 import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
-from conftest import spec_text
+from conftest import JobFigures, MakeResults, RunFigures, spec_text
 from hvexp import __main__ as cli
 from hvexp import report
 
-WAL = lambda iops, lat=10.0: [("wal", "write", iops, lat, 2 * lat), ("hogs", "read", 1000, 5.0, 20.0)]
+
+def WAL(iops: float, lat: float = 10.0) -> list[JobFigures]:
+    return [("wal", "write", iops, lat, 2 * lat), ("hogs", "read", 1000, 5.0, 20.0)]
+
 
 EXPECT_PASS = spec_text(exp_extra="expect = hogs.read.iops >= 500",
                         shared_extra="expect = wal.write.iops ratio >= 1.5\nexpect = wal.write.lat <= 8")
 EXPECT_FAIL = spec_text(shared_extra="expect = wal.write.iops ratio >= 3.2")
 
 
-def figures(shared_iops=(150, 160, 170)):
+def figures(shared_iops: tuple[float, ...] = (150, 160, 170)) -> RunFigures:
     return {"stock": [WAL(100), WAL(100), WAL(100)], "shared": [WAL(x, 6.0) for x in shared_iops]}
 
 
-def test_passing_expectations(results_dir, capsys):
+def test_passing_expectations(results_dir: MakeResults, capsys: pytest.CaptureFixture[str]) -> None:
     d = results_dir(figures(), EXPECT_PASS)
     rep = report.Report(d)
     # hogs >= 500 applies to both variants; the ratio and the latency to shared only.
@@ -32,7 +36,7 @@ def test_passing_expectations(results_dir, capsys):
     assert "PASS shared: expect wal.write.iops ratio >= 1.5 (spec.exp:" in out
 
 
-def test_failing_expectation_exits_1_and_names_it(results_dir, capsys):
+def test_failing_expectation_exits_1_and_names_it(results_dir: MakeResults, capsys: pytest.CaptureFixture[str]) -> None:
     d = results_dir(figures(), EXPECT_FAIL)
     assert cli.main(["report", d]) == 1
     err = capsys.readouterr().err
@@ -42,7 +46,7 @@ def test_failing_expectation_exits_1_and_names_it(results_dir, capsys):
     assert "measured x1.60" in line[0] and "bound x>= 3.2" in line[0]
 
 
-def test_spec_override_rejudges_the_same_results(results_dir):
+def test_spec_override_rejudges_the_same_results(results_dir: MakeResults) -> None:
     d = results_dir(figures(), EXPECT_PASS)
     other = d + "/../other.exp"
     with open(other, "w") as f:
@@ -51,13 +55,13 @@ def test_spec_override_rejudges_the_same_results(results_dir):
     assert cli.main(["report", d]) == 0
 
 
-def test_a_bad_expectation_is_a_spec_error(results_dir, capsys):
+def test_a_bad_expectation_is_a_spec_error(results_dir: MakeResults, capsys: pytest.CaptureFixture[str]) -> None:
     d = results_dir(figures(), spec_text(shared_extra="expect = wal.write.iops ratio >> 2"))
     assert cli.main(["report", d]) == 2
     assert "spec.exp:" in capsys.readouterr().err
 
 
-def test_failed_and_missing_runs_count_against_the_verdict(results_dir):
+def test_failed_and_missing_runs_count_against_the_verdict(results_dir: MakeResults) -> None:
     figs = figures()
     figs["shared"] = [WAL(150), None]          # rep 2 failed, rep 3 never ran
     d = results_dir(figs, spec_text())
@@ -71,7 +75,7 @@ def test_failed_and_missing_runs_count_against_the_verdict(results_dir):
     assert "shared, repetition 3: not run" in text
 
 
-def test_junit_parses_and_counts(results_dir):
+def test_junit_parses_and_counts(results_dir: MakeResults) -> None:
     figs = figures()
     figs["shared"] = [WAL(150), WAL(150), None]
     d = results_dir(figs, EXPECT_FAIL)
@@ -79,16 +83,17 @@ def test_junit_parses_and_counts(results_dir):
     root = ET.parse(d + "/junit.xml").getroot()
     assert root.tag == "testsuites"
     suite = root.find("testsuite")
+    assert suite is not None
     cases = suite.findall("testcase")
-    assert int(suite.get("tests")) == len(cases) == 6 + 1
+    assert int(suite.get("tests", "")) == len(cases) == 6 + 1
     failed = [c for c in cases if c.find("failure") is not None]
-    assert int(suite.get("failures")) == len(failed) == 2
+    assert int(suite.get("failures", "")) == len(failed) == 2
     names = {c.get("name") for c in failed}
     assert names == {"shared repetition 3", "shared: wal.write.iops ratio >= 3.2"}
-    assert all(c.get("classname").startswith("hvstor.t.") for c in cases)
+    assert all(c.get("classname", "").startswith("hvstor.t.") for c in cases)
 
 
-def test_summary_json(results_dir):
+def test_summary_json(results_dir: MakeResults) -> None:
     d = results_dir(figures(), EXPECT_PASS)
     report.Report(d).write(lambda m: None)
     s = json.load(open(d + "/summary.json"))
@@ -100,13 +105,13 @@ def test_summary_json(results_dir):
     assert [r["status"] for r in s["runs"]] == ["ok"] * 6
 
 
-def test_time_scale_applies(results_dir):
+def test_time_scale_applies(results_dir: MakeResults) -> None:
     d = results_dir(figures(), spec_text(stock_extra="expect = wal.write.iops >= 790\nexpect = wal.write.lat <= 1.3"), scale=8)
     rep = report.Report(d)
     assert all(o.passed for o in rep.outcomes), [o.line() for o in rep.outcomes]
 
 
-def test_table_rows(results_dir):
+def test_table_rows(results_dir: MakeResults) -> None:
     d = results_dir(figures(), spec_text())
     text = report.Report(d).text()
     assert "\nwal (write)\n" in text and "\nhogs (read)\n" in text
@@ -117,19 +122,19 @@ def test_table_rows(results_dir):
     assert rows[1][9:11] == ["1.60", "0.60"] and rows[1][8] == "12.000"
 
 
-def test_not_a_results_folder(tmp_path, capsys):
+def test_not_a_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "no plan.json" in capsys.readouterr().err
 
 
-def test_expectation_about_an_unknown_variant_is_an_error(results_dir, capsys):
+def test_expectation_about_an_unknown_variant_is_an_error(results_dir: MakeResults, capsys: pytest.CaptureFixture[str]) -> None:
     d = results_dir(figures(), spec_text(shared_extra="expect = wal.write.iops > 1").replace("[variant shared]", "[variant shraed]"))
     assert cli.main(["report", d]) == 2
     assert "variant 'shraed'" in capsys.readouterr().err
 
 
-def test_variant_left_out_is_reported_and_skipped(results_dir):
-    figs = {"stock": figures()["stock"]}
+def test_variant_left_out_is_reported_and_skipped(results_dir: MakeResults) -> None:
+    figs: RunFigures = {"stock": figures()["stock"]}
     d = results_dir(figs, EXPECT_FAIL)
     plan = json.load(open(d + "/plan.json"))
     plan["all_variants"] = ["stock", "shared"]
@@ -139,10 +144,11 @@ def test_variant_left_out_is_reported_and_skipped(results_dir):
     assert "SKIP shared: expect wal.write.iops ratio >= 3.2" in rep.text()
     rep.write(lambda m: None)
     suite = ET.parse(d + "/junit.xml").getroot().find("testsuite")
+    assert suite is not None
     assert suite.get("skipped") == "1"
 
 
-def test_odd_characters_in_the_results_path(results_dir, tmp_path):
+def test_odd_characters_in_the_results_path(results_dir: MakeResults, tmp_path: Path) -> None:
     import shutil
     d = results_dir(figures(), spec_text())
     odd = str(tmp_path / "it's \"odd\"")

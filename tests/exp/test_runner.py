@@ -1,18 +1,24 @@
 import threading
 import time
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conftest import spec_text
 from hvexp import plan, runner, spec
 
 
-def make_plan(reps=3):
+def make_plan(reps: int = 3) -> plan.Plan:
     return plan.Plan(spec.parse(spec_text(), "/nowhere/x.exp"), reps=reps)
 
 
-def fake_runs(monkeypatch, fail_at=None, delay=0.01):
-    seen, lock, state = [], threading.Lock(), {"now": 0, "max": 0}
+def fake_runs(monkeypatch: pytest.MonkeyPatch, fail_at: tuple[int, str] | None = None,
+              delay: float = 0.01) -> tuple[list[tuple[int, str]], dict[str, int]]:
+    seen: list[tuple[int, str]] = []
+    lock, state = threading.Lock(), {"now": 0, "max": 0}
 
-    def run_one(p, v, rep, out, qemu):
+    def run_one(p: plan.Plan, v: str, rep: int, out: str, qemu: str) -> tuple[dict[str, Any], list[Any] | None, str]:
         with lock:
             seen.append((rep, v))
             state["now"] += 1
@@ -31,28 +37,28 @@ def fake_runs(monkeypatch, fail_at=None, delay=0.01):
     return seen, state
 
 
-def test_repetition_major_order(monkeypatch):
+def test_repetition_major_order(monkeypatch: pytest.MonkeyPatch) -> None:
     seen, state = fake_runs(monkeypatch)
     assert runner.execute(make_plan(), "/out", "qemu", 1) is None
     assert seen == [(1, "stock"), (1, "shared"), (2, "stock"), (2, "shared"), (3, "stock"), (3, "shared")]
     assert state["max"] == 1
 
 
-def test_jobs_run_at_most_n_at_once(monkeypatch):
+def test_jobs_run_at_most_n_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     seen, state = fake_runs(monkeypatch, delay=0.05)
     assert runner.execute(make_plan(reps=4), "/out", "qemu", 3) is None
     assert sorted(seen) == sorted((r, v) for r in range(1, 5) for v in ("stock", "shared"))
     assert 1 < state["max"] <= 3
 
 
-def test_a_failure_stops_further_runs(monkeypatch):
+def test_a_failure_stops_further_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     seen, _ = fake_runs(monkeypatch, fail_at=(1, "shared"))
     failure = runner.execute(make_plan(), "/out", "qemu", 1)
-    assert "shared, repetition 1: boom" in failure
+    assert failure is not None and "shared, repetition 1: boom" in failure
     assert seen == [(1, "stock"), (1, "shared")]
 
 
-def check(tmp_path, var, header, fio=True):
+def check(tmp_path: Path, var: plan.Variant, header: str, fio: bool = True) -> Any:
     r = tmp_path / "res"
     r.mkdir(exist_ok=True)
     (r / "header").write_text(header)
@@ -61,7 +67,7 @@ def check(tmp_path, var, header, fio=True):
     return runner.check_run(var, str(r))
 
 
-def test_checks_of_a_run(tmp_path):
+def test_checks_of_a_run(tmp_path: Path) -> None:
     p = plan.Plan(spec.parse(spec_text(stock_extra="params = storvsc_max_hw_queues=1",
                                        shared_extra="device = scsi_debug\nscsi-debug = ndelay=1ms"), "/x/x.exp"))
     stock, ctl = p.variants["stock"], p.variants["shared"]
@@ -76,4 +82,13 @@ def test_checks_of_a_run(tmp_path):
     assert check(tmp_path, ctl, sd) is None
     assert "scsi_debug parameter ndelay is '5'" in check(tmp_path, ctl, sd.replace("1000000", "5"))
     assert "scsi_debug is not loaded" in check(tmp_path, ctl, "scsi_debug.loaded=no\n")
-    assert "no header" in runner.check_run(stock, str(tmp_path / "missing"))
+    assert "no header" in (runner.check_run(stock, str(tmp_path / "missing")) or "")
+
+
+def test_a_bool_parameter_set_as_1_reads_y(tmp_path: Path) -> None:
+    p = plan.Plan(spec.parse(spec_text(stock_extra="params = storvsc_ringbuffer_size=65536 hv_storvsc.x_flag=1"),
+                             "/x/x.exp"))
+    stock = p.variants["stock"]
+    ok = "module.loaded=yes\nmodule.version=\nparam.storvsc_ringbuffer_size=65536\nparam.x_flag=Y\n"
+    assert check(tmp_path, stock, ok) is None
+    assert "parameter x_flag is 'N'" in (check(tmp_path, stock, ok.replace("x_flag=Y", "x_flag=N")) or "")
