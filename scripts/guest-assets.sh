@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares a guest kernel and a busybox initramfs for scripts/boot.sh.
+# Prepares a guest kernel and a busybox initramfs for the machine layer (scripts/hvmachine).
 #
 #   scripts/guest-assets.sh debian-6.1|debian-6.12 [--ko FILE]...
 #   scripts/guest-assets.sh /path/to/bzImage [--modules DIR] [--ko FILE]...

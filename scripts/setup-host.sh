@@ -11,16 +11,16 @@ PKGS=(
   libgtest-dev libgmock-dev libaio-dev libbenchmark-dev
   libglib2.0-dev libpixman-1-dev libslirp-dev zlib1g-dev libfdt-dev
   flex bison python3-tomli
-  # the experiment runner's unit tests (scripts/hvexp, tests/exp)
-  python3-pytest
+  # the Python tooling's tests (pytest) and its type checker (tests/lint/typecheck.py)
+  python3-pytest mypy
   seabios qemu-system-data ipxe-qemu
   busybox-static cpio zstd xz-utils kmod dpkg-dev
   gnuplot-nox
-  # qemu-img, for the qcow2 images of tests/boot/drive.sh
+  # qemu-img, for the qcow2 images of the boot tests (tests/functional/test_drive.py)
   qemu-utils
   # tests/fuzz: clang, its sanitizer and libFuzzer runtimes (libclang-rt-dev pulls in
   # libclang-rt-14-dev, which ships libclang_rt.fuzzer-x86_64.a for bookworm's clang 14),
-  # and llvm-profdata/llvm-cov for fuzz.sh --coverage.
+  # and llvm-profdata/llvm-cov for ./hvstor fuzz --coverage.
   clang libclang-rt-dev llvm
 )
 

@@ -1,23 +1,33 @@
-#!/usr/bin/env python3
-"""Lists functions longer than a limit in C and C++ sources.
+#!/usr/bin/python3
+"""Lists functions longer than a limit in C, C++ and Python sources.
 
 A function may be longer when the comment right above it says why, in a line that starts
-with "Long:" (e.g. "// Long: one switch over every VMBus message type"). Exits 1 when
-any function is over the limit without one.
+with "Long:" (e.g. "// Long: one switch over every VMBus message type", or in Python
+"# Long: ..."). Exits 1 when any function is over the limit without one.
+
+Python functions are measured from their `def` line to their last line (ast), nested
+functions and methods each on their own (a nested function's lines count in its outer one
+too).
 
 The parser is deliberately simple: it tracks braces (skipping comments, strings and
 character literals) and treats a brace that opens after a closing parenthesis, at namespace
 or class level, as a function body. That is enough for this code base's style.
 """
+from __future__ import annotations
+
 import argparse
+import ast
 import os
 import re
 import sys
+from typing import List, Tuple
+
+Found = Tuple[str, int, int, str]   # name, first line, line count, the file's text
 
 CONTROL = re.compile(r'\b(if|for|while|switch|catch|do|else)\s*(\(|$)')
 
 
-def strip(text):
+def strip(text: str) -> str:
     """Text with comments, strings and char literals blanked (newlines kept)."""
     out = []
     i, n = 0, len(text)
@@ -52,12 +62,15 @@ def strip(text):
     return ''.join(out)
 
 
-def functions(path):
-    """(name, first line, line count) of each function body in the file."""
-    raw = open(path, encoding='utf-8', errors='replace').read()
+def functions(path: str) -> List[Found]:
+    """(name, first line, line count, text) of each function body in the file."""
+    with open(path, encoding='utf-8', errors='replace') as f:
+        raw = f.read()
+    if path.endswith('.py'):
+        return python_functions(path, raw)
     text = strip(raw)
-    found = []
-    stack = []  # for each open brace: (kind, start offset, header)
+    found: List[Found] = []
+    stack: List[Tuple[str, int, str]] = []  # for each open brace: (kind, start offset, header)
     last = 0    # end of the previous statement or brace, where a header starts
     for i, c in enumerate(text):
         if c == '{':
@@ -85,8 +98,29 @@ def functions(path):
     return found
 
 
-def has_reason(raw, first_line, header):
+def python_functions(path: str, raw: str) -> List[Found]:
+    try:
+        tree = ast.parse(raw, path)
+    except SyntaxError as e:
+        raise SystemExit(f'{path}: cannot parse: {e}') from None
+    found: List[Found] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            last = node.end_lineno or node.lineno
+            found.append((f'def {node.name}', first, last - node.lineno + 1, raw))
+    return found
+
+
+def has_reason(raw: str, first_line: int, header: str, python: bool = False) -> bool:
     lines = raw.split('\n')
+    if python:
+        k = first_line - 2
+        while k >= 0 and lines[k].strip().startswith('#'):
+            if re.match(r'\s*#\s*Long:', lines[k]):
+                return True
+            k -= 1
+        return False
     # The header may span lines above the brace: look above its first line.
     head_lines = header.count('\n') if header else 0
     k = first_line - 2 - head_lines
@@ -97,16 +131,19 @@ def has_reason(raw, first_line, header):
     return False
 
 
-def main():
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--max', type=int, default=80)
+    ap.add_argument('--ext', action='append', help='only files ending so (repeatable; default: .c .cc .h .py)')
     ap.add_argument('paths', nargs='+')
     args = ap.parse_args()
-    files = []
+    exts = tuple(args.ext or ('.c', '.cc', '.h', '.py'))
+    files: List[str] = []
     for p in args.paths:
         if os.path.isdir(p):
-            for root, _, names in os.walk(p):
-                files += [os.path.join(root, f) for f in names if f.endswith(('.c', '.cc', '.h'))]
+            for root, dirs, names in os.walk(p):
+                dirs[:] = [d for d in dirs if not d.startswith(('.', '__'))]
+                files += [os.path.join(root, f) for f in names if f.endswith(exts)]
         else:
             files.append(p)
     bad = 0
@@ -114,7 +151,7 @@ def main():
         for name, first, lines, raw in functions(f):
             if lines > args.max:
                 header = name
-                if has_reason(raw, first, header):
+                if has_reason(raw, first, header, f.endswith('.py')):
                     continue
                 print(f'{f}:{first}: {lines} lines: {name}')
                 bad += 1

@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""./hvstor test: builds what the tests need, then runs every test through `meson test`.
+
+    ./hvstor test [--suite NAME]... [--list] [-- MESON TEST ARGS]
+
+Builds the main build folder (.cache/build-asan: the project with ASan/UBSan, where
+`meson test --list` names every test), the ThreadSanitizer build (.cache/build-tsan, whose
+unit tests the tsan suite runs) and QEMU with the device (the boot suite's), then runs
+`meson test` there: unit, tsan, lint, python, fuzz and boot suites (tests/meson.build).
+Prints meson's progress and summary, then for each failed test what failed and the end of
+its log. Each test's whole output is kept in .cache/test-logs/NAME.log. The exit status is
+meson's: 0 when every test passed or was skipped (a skip is never counted as a pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.environ.get("HVSTOR_CACHE") or os.path.join(ROOT, ".cache")
+MAIN = os.path.join(CACHE, "build-asan")
+TSAN = os.path.join(CACHE, "build-tsan")
+LOGS = os.path.join(CACHE, "test-logs")
+BUILDS: Dict[str, List[str]] = {
+    MAIN: ["-Db_sanitize=address,undefined", "-Db_lundef=false"],
+    # GCC warns that TSan does not model atomic_thread_fence (the ring protocol uses fences
+    # against the guest): not an error here.
+    TSAN: ["-Db_sanitize=thread", "-Db_lundef=false", "-Dcpp_args=-Wno-error=tsan"],
+}
+TSAN_TARGETS = ["tests/unit-tests", "tests/storvsp/storvsp-tests", "tests/capi/capi-tests"]
+# Lines of a failed test's log that say what failed.
+_WHAT_FAILED = re.compile(r"NOT OK|^\[  FAILED  \]|Failure$|^[^ ]*: error: |ERROR: [A-Za-z]+Sanitizer|"
+                          r"runtime error:|^==[0-9]+==|^FAILED |^E  |Error|error:")
+
+
+def log(msg: str) -> None:
+    print(f"[hvstor {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_logged(what: str, logfile: str, cmd: List[str], env: Optional[Dict[str, str]] = None) -> None:
+    """Runs cmd with its output in logfile; a line of progress every 20 s; its last lines
+    and an error when it fails."""
+    log(f"{what} (log: {logfile})")
+    start = time.monotonic()
+    with open(logfile, "w", encoding="utf-8") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)  # pylint: disable=consider-using-with
+        while True:
+            try:
+                p.wait(timeout=20)
+                break
+            except subprocess.TimeoutExpired:
+                log(f"  ... {what}: {time.monotonic() - start:.0f}s, {_last_line(logfile)}")
+    if p.returncode != 0:
+        with open(logfile, encoding="utf-8", errors="replace") as f:
+            print("".join(f.readlines()[-40:]), file=sys.stderr)
+        raise SystemExit(f"[hvstor] error: {what} failed after {time.monotonic() - start:.0f}s (full log: {logfile})")
+    log(f"{what} done in {time.monotonic() - start:.0f}s")
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 300))
+            lines = f.read().decode(errors="replace").replace("\r", "").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:100] if lines else ""
+
+
+def prepare_builds() -> None:
+    """Configures and builds the main and the TSan build folders."""
+    for build, opts in BUILDS.items():
+        name = os.path.basename(build)
+        if not os.path.isfile(os.path.join(build, "build.ninja")):
+            run_logged(f"configuring {name}", os.path.join(CACHE, f"{name}-setup.log"),
+                       ["meson", "setup", build, ROOT, *opts])
+        targets = TSAN_TARGETS if build == TSAN else []
+        run_logged(f"building {name}", os.path.join(CACHE, f"{name}-build.log"), ["ninja", "-C", build, *targets])
+
+
+def prepare_qemu() -> str:
+    """QEMU with the device: $QEMU, else our build (scripts/build-qemu.sh)."""
+    qemu = os.environ.get("QEMU")
+    if qemu:
+        log(f"QEMU={qemu}: the boot tests use it")
+        return qemu
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "build-qemu.sh")], stdout=subprocess.PIPE,
+                       text=True, check=False)
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:
+        raise SystemExit("[hvstor] error: building QEMU failed (its output above)")
+    return lines[-1]
+
+
+def meson_test(args: List[str], qemu: Optional[str]) -> int:
+    """meson test in the main build, its output shown as it comes."""
+    env = dict(os.environ, HVSTOR_CACHE=CACHE)
+    if qemu:
+        env["QEMU"] = qemu
+    cmd = ["meson", "test", "-C", MAIN, "--num-processes", str(os.cpu_count() or 1), *args]
+    log("running: " + " ".join(cmd[1:]))
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
+def keep_logs() -> List[Dict[str, str]]:
+    """Each test's output from meson's log into LOGS/NAME.log; the failed tests."""
+    path = os.path.join(MAIN, "meson-logs", "testlog.json")
+    shutil.rmtree(LOGS, ignore_errors=True)
+    os.makedirs(LOGS)
+    failed = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            entries = [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        return []
+    for e in entries:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", e["name"]).strip("-")
+        out = os.path.join(LOGS, name + ".log")
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(e.get("stdout") or "")
+            if e.get("stderr"):
+                f.write(e["stderr"])
+        if e.get("result") in ("FAIL", "TIMEOUT", "ERROR", "UNEXPECTEDPASS"):
+            failed.append({"name": e["name"], "log": out, "result": e["result"]})
+    return failed
+
+
+def digest(failed: List[Dict[str, str]]) -> None:
+    """For each failed test: the lines that say what failed, then its log's end."""
+    for f in failed:
+        print(f"\n==== {f['result']}: {f['name']} (whole output: {f['log']})")
+        with open(f["log"], encoding="utf-8", errors="replace") as log_file:
+            lines = log_file.read().splitlines()
+        print("\n".join([ln for ln in lines if _WHAT_FAILED.search(ln)][:30]))
+        print("---- its last 40 lines:")
+        print("\n".join(lines[-40:]))
+    if failed:
+        print("\nfailed: " + ", ".join(f["name"] for f in failed))
+
+
+def main(argv: List[str]) -> int:
+    extra: List[str] = []
+    if "--" in argv:
+        extra, argv = argv[argv.index("--") + 1:], argv[:argv.index("--")]
+    ap = argparse.ArgumentParser(prog="hvstor test", description=__doc__.split("\n\n")[1])
+    ap.add_argument("--suite", action="append", default=[], help="only this meson suite (repeatable): "
+                    "unit, tsan, lint, python, fuzz, boot")
+    ap.add_argument("--list", action="store_true", help="list the tests (meson test --list) and exit")
+    ns = ap.parse_args(argv)
+    started = time.monotonic()
+    os.makedirs(CACHE, exist_ok=True)
+    needs_qemu = not ns.suite or "boot" in ns.suite
+    if ns.list:
+        if not os.path.isfile(os.path.join(MAIN, "build.ninja")):
+            run_logged("configuring build-asan", os.path.join(CACHE, "build-asan-setup.log"),
+                       ["meson", "setup", MAIN, ROOT, *BUILDS[MAIN]])
+        return subprocess.run(["meson", "test", "-C", MAIN, "--list"], check=False).returncode
+    prepare_builds()
+    qemu = prepare_qemu() if needs_qemu else None
+    rc = meson_test([a for s in ns.suite for a in ("--suite", s)] + extra, qemu)
+    failed = keep_logs()
+    digest(failed)
+    log(f"./hvstor test {'passed' if rc == 0 else 'failed'} in {time.monotonic() - started:.0f}s "
+        f"(each test's output: {LOGS})")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
