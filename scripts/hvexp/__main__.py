@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--jobs", type=_posint, default=1, help="boot up to N runs at once (default 1)")
     r.add_argument("--trace", action="store_true",
                    help="per-IO latency attribution: trace every I/O in the guest and the host (as trace = on)")
-    r.add_argument("--dry-run", action="store_true", help="print each variant's boot command and the guest script")
+    r.add_argument("--dry-run", action="store_true", help="print each variant's guest (kernel, vCPUs, kernel command line, QEMU device arguments) and the guest script")
     p = sub.add_parser("report", help="redo the report and the verdict of a results folder")
     p.add_argument("results", help="a results folder of ./hvstor run")
     p.add_argument("--spec", help="take the expectations from this spec instead of the folder's spec.exp")

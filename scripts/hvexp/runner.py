@@ -234,6 +234,8 @@ def run_one(plan: planmod.Plan, v: str, rep: int, out: str,
     if r is not None:
         with open(os.path.join(run_dir, "boot.txt"), "w", encoding="utf-8") as f:
             f.write(r.describe() + "\n")
+        for note in r.notes():
+            log(f"{v}, repetition {rep}: note: {note}")
         why = _why_failed(r, res) or check_run(var, res) or ""
     rows = None
     if not why:

@@ -10,7 +10,7 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .guest import Guest
 from .paths import ROOT
@@ -25,6 +25,7 @@ class Assets:
     kernel: str
     initrd: str
     kver: str
+    modules: str = ""      # the lib/modules/<version> tree the initramfs was made from
 
 
 def prepare(guest: Guest) -> Assets:
@@ -45,7 +46,7 @@ def prepare(guest: Guest) -> Assets:
     kernel, initrd = values.get("KERNEL", ""), values.get("INITRD", "")
     if not (os.path.isfile(kernel) and os.path.isfile(initrd)):
         raise AssetError("scripts/guest-assets.sh gave no kernel or initramfs")
-    return Assets(kernel, initrd, values.get("KVER", ""))
+    return Assets(kernel, initrd, values.get("KVER", ""), values.get("MODULES", ""))
 
 
 def parse_assignments(text: str) -> Dict[str, str]:
@@ -79,10 +80,13 @@ def cpio_newc(entries: List[Tuple[str, bytes]]) -> bytes:
     return bytes(out)
 
 
-def with_command(base_initrd: str, cmd: str, dest: str) -> str:
-    """The base initramfs with /hvstor/cmd appended (a second gzip'd cpio member, which
-    the kernel unpacks over the first); written to dest."""
-    extra = gzip.compress(cpio_newc([("hvstor/", b""), ("hvstor/cmd", (cmd + "\n").encode())]), mtime=0)
+def with_command(base_initrd: str, cmd: str, dest: str, files: Optional[Dict[str, bytes]] = None) -> str:
+    """The base initramfs with /hvstor/cmd (and /hvstor/NAME for each of `files`)
+    appended (a second gzip'd cpio member, which the kernel unpacks over the first);
+    written to dest."""
+    entries = [("hvstor/", b""), ("hvstor/cmd", (cmd + "\n").encode())]
+    entries += [(f"hvstor/{name}", data) for name, data in sorted((files or {}).items())]
+    extra = gzip.compress(cpio_newc(entries), mtime=0)
     with open(base_initrd, "rb") as src, open(dest, "wb") as out:
         shutil.copyfileobj(src, out)
         out.write(extra)

@@ -145,8 +145,8 @@ def boot(ns: argparse.Namespace, extra: List[str]) -> int:
     except BootError as e:
         print(f"[hvstor] error: {e}", file=sys.stderr)
         return 125
-    for w in r.warnings:
-        log(f"warning: {w}")
+    for w in r.notes():
+        log(f"note: {w}")
     if r.failure is not None:
         print(f"[hvstor] {r.describe()}", file=sys.stderr)
         return r.exit_code

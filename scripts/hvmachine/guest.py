@@ -85,6 +85,8 @@ class Guest:
     silence: float = 600.0               # no sign of life for this long ends the boot
     quiet: bool = False                  # "quiet" on the kernel command line
     tolerate: List[str] = field(default_factory=list)  # kernel reports that may happen
+    coverage: Optional[str] = None       # a module whose functions' hits to count (coverage.py)
+    files: Dict[str, bytes] = field(default_factory=dict)  # more files for /hvstor in the guest
 
     # --- checks -----------------------------------------------------------------------
     def validate(self) -> None:
@@ -109,6 +111,11 @@ class Guest:
             raise GuestError(f"wait_disks wants 0 or more, got {self.wait_disks}")
         if self.results and self.cmd is None:
             raise GuestError("the results channel goes with a guest command")
+        if self.coverage is not None and not (self.results and re.fullmatch(r"[a-z0-9_]+", self.coverage)):
+            raise GuestError(f"coverage of '{self.coverage}' wants a module name and the results channel")
+        for name in self.files:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "cmd":
+                raise GuestError(f"files: '{name}' is not a name for a file in /hvstor")
         if self.timeout is not None and not self.timeout > 0:
             raise GuestError(f"timeout wants a positive number of seconds, got {self.timeout}")
         if not self.silence > 0:
@@ -219,6 +226,8 @@ class Guest:
             words.append(f"hvstor.kmsg={kmsg_port}")
         if self.load_modules:
             words.append("hvstor.modules=" + ",".join(self.load_modules))
+        if self.coverage:
+            words.append(f"hvstor.cov={self.coverage}")
         return " ".join(words + self.append)
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Pattern, Union
 
 from . import assets as assetsmod
+from . import coverage as coveragemod
 from .guest import Guest
 from .paths import cache_dir
 from .qemu import import_qemu_python, qemu_binary
@@ -55,7 +56,7 @@ class BootError(Exception):
 @dataclass
 class Failure:
     """Why a boot did not end with the guest command's status."""
-    kind: str                     # deadline, silence, kernel, qemu-exit, results, launch
+    kind: str                     # deadline, silence, kernel, qemu-exit, results
     message: str
     lines: List[str] = field(default_factory=list)   # the kernel's report, when there is one
 
@@ -73,6 +74,7 @@ class BootResult:
     console: List[str]             # every console line
     kernel_log: str                # the guest kernel's whole log (dmesg)
     noted: List[str]               # kernel reports that did not end the boot
+    coverage: Optional[Dict[str, int]]  # Guest.coverage: hits per function of the module
     qemu_output: str
     qemu_exitcode: Optional[int]   # QEMU's exit status (negative: the signal that ended it)
     ready_after: Optional[float]   # seconds from the launch to the guest's init being ready
@@ -91,11 +93,16 @@ class BootResult:
     def ok(self) -> bool:
         return self.failure is None and self.status == 0
 
+    def notes(self) -> List[str]:
+        """What a person should hear of a boot that did not fail: kernel reports that did
+        not end it (soft lockups, RCU stalls, tolerated ones), and warnings."""
+        return [f"the guest kernel logged: {n}" for n in self.noted] + self.warnings
+
     def describe(self) -> str:
         """What went wrong, for a person: the reason, QEMU's output, the kernel's report,
         the console's end and where the whole logs are."""
         if self.failure is None:
-            return f"the guest command exited with status {self.status}"
+            return "\n".join([f"the guest command exited with status {self.status}"] + self.notes())
         out = [f"error: {self.failure.message}"]
         if self.qemu_output.strip():
             out += ["--- QEMU output ---"] + self.qemu_output.rstrip().splitlines()[-20:]
@@ -159,6 +166,7 @@ class Machine:
         self._warnings: List[str] = []
         self._console_bytes = 0
         self._console_file: Any = None
+        self._cov_functions: List[str] = []
 
     # --- the context manager ------------------------------------------------------------
     def __enter__(self) -> "Machine":
@@ -215,7 +223,11 @@ class Machine:
         from qemu.machine.machine import VMLaunchFailure  # pylint: disable=import-outside-toplevel
         binary = self._qemu or qemu_binary()
         a = self._assets or assetsmod.prepare(g)
-        initrd = assetsmod.with_command(a.initrd, g.cmd, os.path.join(self.rundir, "initrd.img"))
+        files = dict(g.files)
+        if g.coverage:
+            self._cov_functions = coveragemod.module_functions(self._coverage_module(g, a))
+            files[coveragemod.FUNCTIONS] = coveragemod.list_file(self._cov_functions)
+        initrd = assetsmod.with_command(a.initrd, g.cmd, os.path.join(self.rundir, "initrd.img"), files)
         for f in ("heartbeat", "kmsg", "results.tar"):
             open(os.path.join(self.rundir, f), "wb").close()
         os.makedirs(os.path.dirname(os.path.abspath(self.console_log)), exist_ok=True)
@@ -230,6 +242,20 @@ class Machine:
         except VMLaunchFailure as e:
             raise BootError(f"QEMU did not start (exit status {e.exitcode}):\n{(e.output or '').rstrip()}") from None
         self._vm = vm
+        # QMP answers before the watchers start: what QEMU does next is the guest's.
+        vm.cmd("query-status")
+
+    @staticmethod
+    def _coverage_module(g: Guest, a: assetsmod.Assets) -> str:
+        """The file of the module whose coverage is counted: one given with ko= of that
+        name, else the kernel's own."""
+        assert g.coverage is not None
+        for ko in g.ko:
+            if os.path.basename(ko).split(".")[0].replace("-", "_") == g.coverage:
+                return ko
+        if not a.modules:
+            raise coveragemod.CoverageError(f"the guest's kernel has no module tree to find {g.coverage} in")
+        return coveragemod.find_module(a.modules, g.coverage)
 
     @property
     def vm(self) -> Any:
@@ -458,7 +484,11 @@ class Machine:
         with self._cond:
             while not self._exited:
                 self._cond.wait(POLL)
-        self._vm.wait(timeout=None)
+        try:
+            self._vm.wait(timeout=None)
+        except Exception as e:  # pylint: disable=broad-except
+            # QEMU has exited: closing a QMP connection it reset is no failure of the boot.
+            self._warnings.append(f"closing QMP after QEMU's exit: {type(e).__name__}: {e}")
         self._console_file.close()
         with open(self.kernel_log, "w", encoding="utf-8") as f:
             f.write(self._kmsg.text())
@@ -470,8 +500,8 @@ class Machine:
         if failure is None and self.results_dir is not None:
             failure = self._unpack_results()
         self._result = self._make_result(failure)
-        if failure is not None and self._own_workdir:
-            self._keep_failed_logs()
+        if self._own_workdir:
+            self._keep_logs()
         shutil.rmtree(self.rundir, ignore_errors=True)
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -516,22 +546,38 @@ class Machine:
         return BootResult(
             status=self._console.status,
             failure=failure, output=list(self._console.output), console=list(self._console.lines),
-            kernel_log=self._kmsg.text(), noted=list(self._kmsg.noted),
+            kernel_log=self._kmsg.text(), noted=list(self._kmsg.noted), coverage=self._coverage(),
             qemu_output=self._vm.get_log() or "", qemu_exitcode=self._vm.exitcode(), ready_after=ready,
             elapsed=time.monotonic() - self._started, console_log=self.console_log,
             kernel_log_path=self.kernel_log, warnings=list(self._warnings))
 
-    def _keep_failed_logs(self) -> None:
-        """A failed boot in a temporary folder keeps its logs in the cache."""
+    def _coverage(self) -> Optional[Dict[str, int]]:
+        """Hits per function of the module (0: it did not run; -1: the kernel would not
+        probe it), from the profile in the results; None when the guest sent none."""
+        if not self.guest.coverage or self.results_dir is None:
+            return None
+        try:
+            with open(os.path.join(self.results_dir, coveragemod.PROFILE), encoding="utf-8") as f:
+                hits = coveragemod.parse_profile(f.read(), self._cov_functions)
+        except OSError:
+            return None
+        return {fn: hits.get(fn, -1) for fn in self._cov_functions}
+
+    def _keep_logs(self) -> None:
+        """A boot in a temporary folder keeps its logs (console, kernel log, QEMU's output)
+        in the cache's last-boot/, in place of the previous boot's."""
         assert self._result is not None
-        keep = os.path.join(cache_dir(), "boot-failed")
-        os.makedirs(keep, exist_ok=True)
+        keep = os.path.join(cache_dir(), "last-boot")
+        shutil.rmtree(keep, ignore_errors=True)
+        os.makedirs(keep)
         for src, name, attr in ((self.console_log, "console.log", "console_log"),
-                                (self.kernel_log, "dmesg.txt", "kernel_log_path")):
+                                (self.kernel_log, "dmesg.txt", "kernel_log_path"),
+                                (self.qemu_log, "qemu.log", "")):
             if os.path.isfile(src) and os.path.dirname(os.path.abspath(src)) == os.path.abspath(self.workdir):
                 dst = os.path.join(keep, name)
                 shutil.copyfile(src, dst)
-                setattr(self._result, attr, dst)
+                if attr:
+                    setattr(self._result, attr, dst)
 
 
 def base_args(g: Guest, kernel: str, initrd: str, cmdline: str) -> List[str]:

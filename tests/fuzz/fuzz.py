@@ -41,7 +41,7 @@ from types import FrameType
 from typing import IO, Callable, NoReturn
 
 ALL = ["vmbus_messages", "ring", "storvsp_packets", "scsi_cdb", "perf_config"]
-# --ci: about 2-3 minutes for all five on two cores (figures in docs/fuzzing.md).
+# --ci: about a minute for all five on two cores once built (docs/fuzzing.md).
 CI_RUNS = {"vmbus_messages": 15000, "ring": 50000, "storvsp_packets": 10000,
            "scsi_cdb": 30000, "perf_config": 200000}
 # The sources each target is about, for --coverage.

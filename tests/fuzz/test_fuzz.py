@@ -309,8 +309,8 @@ def test_ci_runs_the_fixed_count(cache: Path) -> None:
 
 
 def test_time_gives_the_first_process_all_of_it(cache: Path) -> None:
-    # (tests/fuzz/fuzz.sh, which fuzz.py replaced, took off the fraction of a second already
-    # gone: --time 7 gave the first process 6 s, and --time 1 ran nothing.)
+    # (Taking off the fraction of a second already gone would give the first process 6 s of
+    # --time 7, and run nothing for --time 1.)
     p = start(cache, "--time", "7", STANDIN_FAIL_AT=1)
     out = finish(p)
     assert p.returncode == 1, out
@@ -406,8 +406,7 @@ def test_a_fuzzer_ended_by_someone_else_interrupts_the_run(cache: Path) -> None:
 
 
 def test_the_log_grows_while_the_fuzzer_runs(cache: Path) -> None:
-    # (tests/fuzz/fuzz.sh, which fuzz.py replaced, copied a process's output into the log
-    # once it ended.)
+    # (Not copied into the log once the process has ended.)
     p = start(cache, "--runs", "1000", STANDIN_HOLD=1)
     wait_until_held(cache, p, 1)
     assert "INFO: Seed: 1" in (cache / "cache" / "fuzz-logs" / "perf_config.log").read_text()
@@ -457,7 +456,7 @@ def test_sigterm_to_the_script_alone_ends_every_fuzzer(cache: Path) -> None:
 
 
 def test_sigterm_while_building_ends_the_build(tmp_path: Path) -> None:
-    # (tests/fuzz/fuzz.sh, which fuzz.py replaced, died of it and left ninja running.)
+    # (Dying of it would leave ninja running.)
     pidfile = tmp_path / "building"
     script(tmp_path / "holder", HOLDER)
     build_dir(tmp_path / "cache" / "build-fuzz",

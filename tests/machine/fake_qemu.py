@@ -11,13 +11,14 @@ The script is a JSON list of steps in the file $HVSTOR_FAKE_QEMU_SCRIPT:
     ["beat"]                   one heartbeat byte
     ["beat-forever"]           a heartbeat byte every 0.1 s, for ever (a stuck guest)
     ["hang"]                   nothing more, for ever (a guest that stopped)
-    ["wait-qmp", COMMAND]      until QMP has received COMMAND
+    ["wait-qmp", COMMAND]      until QMP has received COMMAND (each wait takes one)
     ["wait-file", PATH]        until PATH exists (the test's go-ahead)
     ["event", NAME, DATA]      a QMP event
     ["results", {NAME: TEXT}]  a tar archive of these files on the results channel
     ["stderr", TEXT]           a line on QEMU's own output
     ["exit", CODE]             QEMU exits with CODE
-The steps start once the QMP client has negotiated capabilities (a boot is never that fast),
+The steps start once the QMP client has negotiated capabilities and asked query-status (as
+the machine layer does once QEMU is up: a boot is never faster),
 unless the first step is ["no-qmp"]: then no greeting is sent (a QEMU that refused its
 arguments). Every QMP command is answered {"return": {}} (query-status: running), and appended as a
 JSON line to $HVSTOR_FAKE_QEMU_LOG when it is set. A step list that ends without "exit"
@@ -130,6 +131,7 @@ class Fake:
             with self.cond:
                 while s[1] not in self.received:
                     self.cond.wait()
+                self.received.remove(s[1])
         elif what == "wait-file":
             while not os.path.exists(s[1]):
                 time.sleep(0.05)
@@ -167,6 +169,7 @@ def main() -> None:
     elif fake.qmp is not None:
         threading.Thread(target=fake.serve_qmp, daemon=True).start()
         fake.step(["wait-qmp", "qmp_capabilities"])
+        fake.step(["wait-qmp", "query-status"])
     for s in steps:
         fake.step(s)
     os._exit(0)
