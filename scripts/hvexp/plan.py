@@ -11,7 +11,7 @@ from typing import overload
 from hvmachine import paths as machine_paths
 from hvmachine.guest import Controller, Device, Disk, Guest, GuestError, Props, parse_props
 
-from . import expect, fiojob
+from . import expect, fiojob, timeline as timelinemod, verdicts
 from .spec import Section, Spec, SpecError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,6 +60,7 @@ class Hardware:
     blockdevs: list[Props] = field(default_factory=list)
     devices: list[Device] = field(default_factory=list)
     scratch: dict[int, int] = field(default_factory=dict)   # disk index -> bytes of a scratch image
+    plug_later: dict[int, Disk] = field(default_factory=dict)  # disk index -> a disk the timeline plugs
 
 
 def duration_ns(text: str) -> float | None:
@@ -120,7 +121,11 @@ class Variant:
     published_ratio: str = ""
     wait_disks: int = 0
     initramfs_modules: list[str] = field(default_factory=list)  # modules the guest needs beyond ours
-    host_load: int = 0          # busy processes at nice 19 on the host while the guest runs
+    host_load: int = 0
+    timeline: list[timelinemod.Event] = field(default_factory=list)
+    coverage: bool = False      # count which functions of hv_storvsc ran
+    fio_judged: bool = False    # a guest verdict judges fio's errors: its failing is no failed run
+    may_go: set[int] = field(default_factory=set)   # LUNs whose disk may be gone at the end          # busy processes at nice 19 on the host while the guest runs
     scale: float = 1.0          # its figures are scaled back by this (1: it ran at real speed)
 
 
@@ -175,6 +180,7 @@ class Plan:
             raise spec.error(ex.lines.get("baseline", 0), f"baseline '{self.baseline}' is not a variant")
         if only:
             self.baseline = names[0]        # --variants A,B: the first one given
+        self.disk_names = verdicts.disk_luns(spec)     # a disk's names (diskN, [disk NAME]) -> LUN
         self.order = [self.baseline] + [v for v in names if v != self.baseline]
         self.reps = reps if reps is not None else self._posint(ex, "repetitions", 3)
         self.scale = self._scale(ex)
@@ -201,6 +207,7 @@ class Plan:
             var.scale = self.scale if self._slowed else 1.0
             if self._slowed:
                 slowed.append(v)
+        verdicts.check(spec, list(self.disk_names), {v: x.coverage for v, x in self.variants.items()})
         self.perf_used = bool(slowed)
         self.eff_scale = self.scale if self.perf_used else 1.0
         # Rendered once: a change to the template while an experiment runs does not reach it.
@@ -303,10 +310,56 @@ class Plan:
         load = self._host_load(v)
         if load:
             summary += f", {self._val(v, 'host-load', '0')} busy host process(es)"
-        return Variant(v, device, k.kernel, k.modules, k.kdir, vcpus, mem, mod.patch, mod.ko, mod.want_version,
-                       mod.want_srcversion, params, " ".join(append), tunables, setup.hw, setup.scsi_debug,
-                       summary, timeout, sec.get("published", ""), sec.get("published-ratio", ""),
-                       setup.wait_disks, setup.initramfs_modules, load)
+        var = Variant(v, device, k.kernel, k.modules, k.kdir, vcpus, mem, mod.patch, mod.ko, mod.want_version,
+                      mod.want_srcversion, params, " ".join(append), tunables, setup.hw, setup.scsi_debug,
+                      summary, timeout, sec.get("published", ""), sec.get("published-ratio", ""),
+                      setup.wait_disks, setup.initramfs_modules, load)
+        var.coverage = self._coverage(v, device)
+        var.timeline = self._timeline(v, var)
+        self._verdict_facts(v, var)
+        return var
+
+    def _verdict_facts(self, v: str, var: Variant) -> None:
+        """What the variant's guest verdicts and timeline allow: fio failing, disks gone."""
+        lines = [t for t, _ in self.spec.experiment.expects + self.spec.variants[v].expects]
+        verdict_lines = [verdicts.parse(t) for t in lines if verdicts.is_verdict(t) and _reads(t)]
+        var.fio_judged = any(x.key.startswith("fio.") for x in verdict_lines)
+        var.may_go = {self.disk_names[x.key[:-len(".present")]] for x in verdict_lines
+                      if x.key.endswith(".present") and x.value == "no" and x.key[:-8] in self.disk_names}
+        var.may_go |= {self.disk_names[e.target] for e in var.timeline if e.action == "hot-remove"}
+
+    # --- timeline and coverage ---------------------------------------------------------
+    def targets(self, v: str) -> timelinemod.Targets:
+        """What variant v's timeline may name."""
+        return self._targets(self.variants[v].hw)
+
+    def _targets(self, hw: Hardware) -> timelinemod.Targets:
+        later = {f"disk{i}": d for i, d in hw.plug_later.items()}
+        return timelinemod.Targets({n: f"disk{i}" for n, i in self.disk_names.items()}, later, ["scsi0"],
+                                   {f"disk{i}": i for i in self.disk_names.values()})
+
+    def _coverage(self, v: str, device: str) -> bool:
+        c = self._val(v, "coverage", "off")
+        if c not in ("functions", "off"):
+            raise self._err(v, "coverage", f"coverage is functions or off, got '{c}'")
+        if c == "functions" and device != "hv-storvsc":
+            raise self._err(v, "coverage", f"coverage counts hv_storvsc's functions: the variant runs on {device}")
+        return c == "functions"
+
+    def _timeline(self, v: str, var: Variant) -> list[timelinemod.Event]:
+        text = self._val(v, "timeline", "")
+        if not text:
+            return []
+        targets = self._targets(var.hw)
+        if var.device != "hv-storvsc" and any(e.action in timelinemod.HOST_ACTIONS for e in
+                                              _parse_or_none(text, targets)):
+            raise self._err(v, "timeline", f"host events act on hv-storvsc's disks: the variant runs on {var.device}")
+        try:
+            return timelinemod.parse(text, targets)
+        except timelinemod.TimelineError as e:
+            # The here-document's text starts on the line after "timeline = <<END".
+            line = self.spec.where(v, "timeline") + 1 + e.offset
+            raise self.spec.error(line, f"variant {v}: timeline: {e}") from None
 
     def _kernel(self, v: str) -> _Kernel:
         """The variant's kernel, its modules tree, kdir and storvsc-source, resolved: a
@@ -411,7 +464,8 @@ class Plan:
     def _hv_setup(self, v: str) -> _Setup:
         if not self.spec.disks:
             raise self.spec.error(0, f"variant {v} runs on hv-storvsc but the spec has no [disk] section")
-        return _Setup(hw=self._hv_devices(v), wait_disks=len(self.spec.disks))
+        hw = self._hv_devices(v)
+        return _Setup(hw=hw, wait_disks=len(hw.disks))
 
     def _virtio_setup(self, v: str) -> _Setup:
         hw, what = self._virtio_devices(v)
@@ -495,7 +549,16 @@ class Plan:
             hw.objects.append({"qom-type": "iothread", "id": str(ctl["iothread"])})
         hw.controllers.append(Controller("scsi0", ctl))
         for i, disk in enumerate(self.spec.disks):
-            hw.disks.append(Disk(self._disk_props(v, i, disk, hw), 0, i))
+            d = Disk(self._disk_props(v, i, disk, hw), 0, i)
+            plug = disk.get("plug", "boot")
+            if plug not in ("boot", "timeline"):
+                raise self.spec.error(disk.lines["plug"], f"[disk] plug is boot or timeline, got '{plug}'")
+            if plug == "timeline":
+                if i in hw.scratch:
+                    raise self.spec.error(disk.lines["plug"], "a disk the timeline plugs cannot be file = scratch")
+                hw.plug_later[i] = d
+            else:
+                hw.disks.append(d)
         return hw
 
     def _disk_props(self, v: str, i: int, disk: Section, hw: Hardware) -> Props:
@@ -507,7 +570,7 @@ class Plan:
             if key in ("lun", "bus", "id"):
                 raise self.spec.error(disk.lines[key], f"[disk] sets '{key}'; the runner assigns it "
                                       "(LUNs count from 0, ids are disk0, disk1, ...)")
-            if key == "perf" or (key == "size" and disk.get("file") == "scratch"):
+            if key in ("perf", "plug") or (key == "size" and disk.get("file") == "scratch"):
                 continue
             if key == "file":
                 if val == "scratch":
@@ -531,8 +594,9 @@ class Plan:
         var = self.variants[v]
         hw = var.hw
         disks = [Disk(dict(d.props), d.controller, d.lun) for d in hw.disks]
-        for i in hw.scratch:
-            disks[i].props["file"] = os.path.join(run_dir, f"disk{i}.img")
+        for d in disks:
+            if d.lun in hw.scratch:
+                d.props["file"] = os.path.join(run_dir, f"disk{d.lun}.img")
         extra = HOST_TRACE + ["-D", os.path.join(run_dir, "host-trace.log")] \
             if self.trace and var.device == "hv-storvsc" else []
         return Guest(kernel=var.kernel, modules=var.modules or None, ko=[var.ko] if var.ko else [],
@@ -541,6 +605,7 @@ class Plan:
                      blockdevs=list(hw.blockdevs), devices=list(hw.devices), qemu_args=extra,
                      append=var.append.split(), initramfs_modules=list(var.initramfs_modules),
                      cmd=self.scripts[v], wait_disks=var.wait_disks, results=True,
+                     coverage="hv_storvsc" if var.coverage else None,
                      timeout=float(var.timeout), quiet=True)
 
     def _scsi_debug(self, v: str, vcpus: int, params: list[str]) -> dict[str, str]:
@@ -599,9 +664,17 @@ class Plan:
         while lines and lines[0].startswith("#"):      # the template's own header
             lines.pop(0)
         text = "".join(lines)
-        ndisks = 1 if var.device == "scsi_debug" else len(self.spec.disks)
-        fields = {"DEVICE": var.device, "NDISKS": str(ndisks), "TUNABLES": var.tunables,
-                  "TRACE_KB": str(self.trace_kb), "JOB": self.job.rstrip("\n")}
+        if var.device == "scsi_debug":
+            luns, all_luns = [0], [0]
+        else:
+            all_luns = list(range(len(self.spec.disks)))
+            luns = [i for i in all_luns if i not in var.hw.plug_later]
+        host_events = any(e.action in timelinemod.HOST_ACTIONS for e in var.timeline)
+        fields = {"DEVICE": var.device, "LUNS": " ".join(map(str, luns)), "ALL_LUNS": " ".join(map(str, all_luns)),
+                  "TUNABLES": var.tunables, "TRACE_KB": str(self.trace_kb), "JOB": self.job.rstrip("\n"),
+                  "TIMELINE": timelinemod.guest_script(var.timeline).rstrip("\n"),
+                  "HOST_EVENTS": "1" if host_events else "0"}
+
         for k, x in fields.items():
             text = text.replace(f"@@{k}@@", x)
         left = re.findall(r"@@[A-Z_]+@@", text)
@@ -612,3 +685,20 @@ class Plan:
 
 def _num(x: float) -> str:
     return f"{x:g}"
+
+
+def _reads(text: str) -> bool:
+    """Whether a verdict line reads (a mistake is reported by verdicts.check)."""
+    try:
+        verdicts.parse(text)
+        return True
+    except verdicts.VerdictError:
+        return False
+
+
+def _parse_or_none(text: str, targets: timelinemod.Targets) -> list[timelinemod.Event]:
+    """The events of a timeline, or none when it has a mistake (reported elsewhere)."""
+    try:
+        return timelinemod.parse(text, targets)
+    except timelinemod.TimelineError:
+        return []

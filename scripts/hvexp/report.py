@@ -16,10 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Required, TypedDict
 
-from . import attrib, expect, spec as specmod
+from . import attrib, expect, spec as specmod, verdicts
 from .results import METRICS, Figures, ResultError, load_run_dir, mean, median, sd
 
 Log = Callable[[str], object]
+# storvsc's own messages: those it logs against its device, and its host's.
+_DRIVER_LINE = re.compile(r"hv_storvsc [0-9a-f]{8}-|scsi host[0-9]+: storvsc")
+Outcome = expect.Outcome | verdicts.VerdictOutcome
 
 
 class VariantDoc(TypedDict, total=False):
@@ -35,6 +38,8 @@ class VariantDoc(TypedDict, total=False):
     scsi_debug: dict[str, str]
     published: str
     published_ratio: str
+    coverage: bool
+    timeline: list[str]
 
 
 class PlanJson(TypedDict, total=False):
@@ -183,7 +188,10 @@ class Report:
             hs = sorted(glob.glob(os.path.join(d, "runs", v, "rep*", "results", "header")))
             if hs:
                 self.facts[v] = guest_facts(header(hs[0]))
-        self.outcomes = self._expectations()
+        self.run_facts: dict[str, list[verdicts.RunFacts]] = {
+            v: [verdicts.run_facts(os.path.join(d, "runs", v, f"rep{r}"), r) for vv, r, st in self.runs
+                if vv == v and st and st.get("status") == "ok"] for v in self.variants}
+        self.outcomes: list[Outcome] = self._expectations()
         self.attribution: dict[str, Attribution] = self._attribution() if self.plan.get("trace") else {}
 
     def scale_of(self, v: str) -> float:
@@ -297,17 +305,23 @@ class Report:
                 n += mean(io)
         return tot / n if n else None
 
-    def _expectations(self) -> list[expect.Outcome]:
+    def _expectations(self) -> list[Outcome]:
         try:
             sp = specmod.load(self.spec_path)
             expect.check(sp, self._job(sp))
+            verdicts.check(sp, list(verdicts.disk_luns(sp)),
+                           {v: bool(self.vinfo[v].get("coverage")) if v in self.vinfo else True for v in sp.variants})
         except specmod.SpecError as err:
             raise ReportError(str(err)) from None
-        out: list[expect.Outcome] = []
+        out: list[Outcome] = []
         self.left_out: list[tuple[str, str, str]] = []      # (variant, expectation text, where): variants not run (--variants)
         sections = [("", sp.experiment)] + [(n, s) for n, s in sp.variants.items()]
+        luns = verdicts.disk_luns(sp)
         for scope, sec in sections:
             for text, line in sec.expects:
+                if verdicts.is_verdict(text):
+                    out += self._verdict_outcomes(verdicts.parse(text, line, scope), luns, f"{self.spec_name}:{line}")
+                    continue
                 try:
                     e = expect.parse(text, line, scope)
                 except expect.ExpectError as err:
@@ -322,6 +336,21 @@ class Report:
                         continue
                     out.append(expect.evaluate(e, v, self.baseline, self.figures,
                                                f"{self.spec_name}:{line}"))
+        return out
+
+    def _verdict_outcomes(self, vd: verdicts.Verdict, luns: dict[str, int], where: str) -> list[Outcome]:
+        """A guest verdict judged in every run of each variant it is about (coverage.all:
+        once, over every run of the experiment)."""
+        if vd.key == "coverage.all":
+            every = [f for v in self.variants for f in self.run_facts[v]]
+            return [verdicts.evaluate(vd, "all variants", every, luns, where)]
+        targets = [vd.scope] if vd.scope else list(self.variants)
+        out: list[Outcome] = []
+        for v in targets:
+            if v not in self.variants:
+                self.left_out.append((v, vd.text, where))
+                continue
+            out.append(verdicts.evaluate(vd, v, self.run_facts[v], luns, where))
         return out
 
     def _job(self, sp: specmod.Spec) -> str:
@@ -342,7 +371,7 @@ class Report:
     def missing_runs(self) -> list[tuple[str, int]]:
         return [(v, r) for v, r, st in self.runs if st is None]
 
-    def failed_expectations(self) -> list[expect.Outcome]:
+    def failed_expectations(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.passed]
 
     def ok(self) -> bool:
@@ -401,8 +430,10 @@ class Report:
             L += ["", f"Published against measured (ratio to {self.baseline}):"] + pubs
         L += self.medians_text()
         L += self.attribution_text()
+        L += self.timeline_text() + self.coverage_text() + self.kernel_log_text()
         if self.outcomes or self.left_out:
-            L += ["", "Expectations (medians over repetitions):"] + ["  " + o.line() for o in self.outcomes]
+            L += ["", "Expectations (figures: medians over repetitions; guest verdicts: in every run):"]
+            L += ["  " + o.line() for o in self.outcomes]
             L += [f"  SKIP {v}: expect {t} ({w}): the variant was not run (--variants)" for v, t, w in self.left_out]
         bad = self.failed_runs()
         if bad or self.missing_runs():
@@ -410,6 +441,70 @@ class Report:
             L += [f"  {v}, repetition {r}: {st.get('why', 'failed')}" for v, r, st in bad]
             L += [f"  {v}, repetition {r}: not run (the experiment stopped before it)" for v, r in self.missing_runs()]
         return "\n".join(L) + "\n"
+
+    # --- timeline, coverage, the guest's log -------------------------------------------
+    def timelines(self) -> dict[str, dict[int, list[dict[str, object]]]]:
+        """Per variant and repetition, the host's timeline events as they happened."""
+        out: dict[str, dict[int, list[dict[str, object]]]] = {}
+        for v, r, st in self.runs:
+            path = os.path.join(self.dir, "runs", v, f"rep{r}", "timeline.json")
+            try:
+                with open(path, encoding="utf-8") as f:
+                    out.setdefault(v, {})[r] = json.load(f)
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def timeline_text(self) -> list[str]:
+        tl = self.timelines()
+        if not tl:
+            return []
+        L = ["", "Timeline (host events, seconds after fio's start: planned -> done):"]
+        for v, reps in tl.items():
+            for r, events in sorted(reps.items()):
+                done = ", ".join(f"{e['action']} {e['target']} {e['at']:g}->"
+                                 f"{'-' if e['done_at'] is None else format(e['done_at'], '.1f')}"
+                                 + ("" if e["result"] == "ok" else f" ({e['result']})") for e in events)
+                L.append(f"  {v:<{self.w}} rep {r}: {done}")
+        return L
+
+    def coverage(self) -> dict[str, dict[str, list[str]]]:
+        """Per variant (and "all variants"), hv_storvsc's functions that ran and did not."""
+        out: dict[str, dict[str, list[str]]] = {}
+        every: list[verdicts.RunFacts] = []
+        for v in self.variants:
+            runs = [f for f in self.run_facts[v] if f.coverage is not None]
+            if runs:
+                ran, missed = verdicts.coverage_union(runs)
+                out[v] = {"ran": ran, "not_run": missed}
+                every += runs
+        if len(out) > 1:
+            ran, missed = verdicts.coverage_union(every)
+            out["all variants"] = {"ran": ran, "not_run": missed}
+        return out
+
+    def coverage_text(self) -> list[str]:
+        cov = self.coverage()
+        if not cov:
+            return []
+        L = ["", "Functions of hv_storvsc that ran (from the module's symbol table: inlined functions count in their callers):"]
+        for v, c in cov.items():
+            n = len(c["ran"]) + len(c["not_run"])
+            L.append(f"  {v:<{self.w}} {len(c['ran'])} of {n} ({100 * len(c['ran']) / max(n, 1):.0f}%); "
+                     f"not run: {', '.join(c['not_run']) or 'none'}")
+        return L
+
+    def kernel_log_text(self) -> list[str]:
+        """What the guest kernel said that matters, per run: its I/O errors and storvsc's
+        lines (the whole log is each run's dmesg.txt)."""
+        L: list[str] = []
+        for v in self.variants:
+            for f in self.run_facts[v]:
+                lines = [ln for ln in f.kernel_log if verdicts.IO_ERROR.search(ln) or _DRIVER_LINE.search(ln)]
+                if lines:
+                    L.append(f"  {v}, repetition {f.rep}: {len(lines)} line(s), e.g. " + " | ".join(lines[:3]))
+        return (["", "The guest kernel's log (I/O errors and storvsc's lines; whole logs in runs/*/rep*/dmesg.txt):"]
+                + L) if L else []
 
     # --- machine-readable ------------------------------------------------------------
     def summary(self) -> dict[str, object]:
@@ -436,6 +531,12 @@ class Report:
                       "why": (st or {}).get("why", ""), "seconds": (st or {}).get("seconds")} for v, r, st in self.runs],
             "figures": figures,
             "attribution": {v: a.as_json() for v, a in self.attribution.items()},
+            "timeline": {v: {str(r): ev for r, ev in reps.items()} for v, reps in self.timelines().items()},
+            "coverage": self.coverage(),
+            "guest": {v: {str(f.rep): {"fio_errors": f.fio_errors, "fio_verify_failed": f.fio_verify_failed,
+                                       "io_errors": len(f.io_error_lines()), "scsi_timeouts": f.counter("iotmo"),
+                                       "scsi_errors": f.counter("ioerr"), "facts": f.values}
+                          for f in self.run_facts[v]} for v in self.variants},
             "expectations": [{"variant": o.variant, "expect": o.expectation.text, "where": o.where,
                               "passed": o.passed, "figure": o.figure, "bound": o.expectation.describe_bound(),
                               "ratio": o.expectation.ratio, "detail": o.detail} for o in self.outcomes],

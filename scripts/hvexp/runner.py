@@ -20,11 +20,12 @@ from typing import Any, Optional
 
 from hvmachine.assets import AssetError
 from hvmachine.guest import GuestError
-from hvmachine.machine import BootError, BootResult, Machine, RESULTS_PORT, KMSG_PORT
+from hvmachine.machine import BootError, BootFailed, BootResult, Machine, RESULTS_PORT, KMSG_PORT
 from hvmachine.qemu import QemuError, qemu_binary
 
 from . import plan as planmod
 from . import report as reportmod
+from . import timeline as timelinemod
 from .params import param_matches
 from .plan import ROOT
 from .results import Row
@@ -114,9 +115,29 @@ def check_run(var: planmod.Variant, res: str) -> Optional[str]:
         why = None                          # virtio-scsi: nothing of ours to check in the guest
     if why:
         return why
+    why = _check_verdict_facts(var, res)
+    if why:
+        return why
     fio = os.path.join(res, "fio.json")
     if not os.path.isfile(fio) or os.path.getsize(fio) == 0:
         return "no fio.json"
+    return None
+
+
+def _check_verdict_facts(var: planmod.Variant, res: str) -> Optional[str]:
+    """A run fails when fio failed and no guest verdict judges fio's errors, or when a
+    disk is gone at the end that neither the timeline removed nor a verdict expects gone."""
+    facts = reportmod.header(os.path.join(res, "verdicts"))
+    if not facts:
+        return None                         # an older guest script: nothing to judge
+    st = facts.get("fio.exit", "0")
+    if st != "0" and not var.fio_judged:
+        return f"fio exited with status {st} (no expect line judges fio's errors: see fio.out)"
+    for k, val in sorted(facts.items()):
+        m = re.fullmatch(r"lun\.([0-9]+)\.present", k)
+        if m and val == "no" and int(m.group(1)) not in var.may_go:
+            return (f"the guest lost its disk at LUN {m.group(1)}: it is gone at the end, and neither the "
+                    "timeline removed it nor an expect line expects it gone")
     return None
 
 
@@ -210,7 +231,11 @@ def boot_run(plan: planmod.Plan, v: str, run_dir: str, qemu: str) -> tuple[Optio
                         results_dir=os.path.join(run_dir, "results"),
                         on_output=lambda line: print(line, file=out, flush=True))
             with m:
-                return m.finish(), ""
+                done = _drive_timeline(m, plan, v)
+                r = m.finish()
+            _save(run_dir, "timeline.json", [d.as_json() for d in done] if done else None)
+            _save(run_dir, "coverage.json", r.coverage)
+            return r, ""
     except (BootError, AssetError, QemuError, GuestError) as e:
         return None, str(e)
     finally:
@@ -219,6 +244,25 @@ def boot_run(plan: planmod.Plan, v: str, run_dir: str, qemu: str) -> tuple[Optio
             p.wait()
         for i in var.hw.scratch:
             os.unlink(os.path.join(run_dir, f"disk{i}.img"))
+
+
+def _drive_timeline(m: Machine, plan: planmod.Plan, v: str) -> list[timelinemod.Done]:
+    """The timeline's host events on the running guest (none without a timeline); a boot
+    that ends before they are done is judged by finish()."""
+    events = plan.variants[v].timeline
+    if not events:
+        return []
+    try:
+        return timelinemod.drive(m, events, plan.targets(v), log)
+    except BootFailed as e:
+        log(f"{v}: timeline stopped: {e}")
+        return []
+
+
+def _save(run_dir: str, name: str, data: object) -> None:
+    if data is not None:
+        with open(os.path.join(run_dir, name), "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
 
 
 def run_one(plan: planmod.Plan, v: str, rep: int, out: str,
@@ -342,7 +386,8 @@ def plan_json(plan: planmod.Plan) -> dict[str, Any]:
         "variants": [{"name": v, "summary": x.summary, "device": x.device, "kernel": x.kernel,
                       "ko": x.ko, "want_version": x.want_version, "params": x.params, "scale": x.scale,
                       "scsi_debug": x.scsi_debug, "published": x.published,
-                      "published_ratio": x.published_ratio} for v, x in plan.variants.items()],
+                      "published_ratio": x.published_ratio, "coverage": x.coverage,
+                      "timeline": [e.text for e in x.timeline]} for v, x in plan.variants.items()],
     }
 
 

@@ -13,10 +13,10 @@ from typing import overload
 EXPERIMENT_KEYS = frozenset("""
     description kernel modules kdir storvsc-source vcpus mem repetitions time-scale timeout log-avg-msec
     fio vm-perf storvsc patch ko params append tunables perf baseline expect device
-    scsi-debug trace virtio-scsi host-load""".split())
+    scsi-debug trace virtio-scsi host-load timeline coverage""".split())
 VARIANT_KEYS = frozenset("""
     description kernel modules kdir storvsc-source vcpus mem patch ko params append tunables perf vm-perf
-    published published-ratio expect device scsi-debug virtio-scsi host-load storvsc""".split())
+    published published-ratio expect device scsi-debug virtio-scsi host-load storvsc timeline coverage""".split())
 REPEATABLE = frozenset(["expect"])
 
 _SECTION = re.compile(r"^\[([a-z]+)(?:\s+([A-Za-z0-9_][A-Za-z0-9_.-]*))?\]\s*(?:[#;].*)?$")

@@ -71,6 +71,16 @@ def list_file(functions: List[str]) -> bytes:
     return "".join(f + "\n" for f in functions).encode()
 
 
+def refused(kernel_log: str, functions: List[str]) -> List[str]:
+    """The functions whose probe the kernel refused when the module loaded (notrace ones,
+    such as __exit functions), from its log."""
+    out = re.findall(r"trace_kprobe: Could not probe notrace function (\S+)", kernel_log)
+    for n in re.findall(r"Failed to re-register probe f([0-9]+) ", kernel_log):
+        if int(n) < len(functions):
+            out.append(functions[int(n)])
+    return out
+
+
 def parse_profile(text: str, functions: List[str]) -> Dict[str, int]:
     """Hits per function from kprobe_profile ("  fN   HITS   MISSED" per event); a
     function whose probe the kernel refused is missing from the result."""

@@ -469,6 +469,13 @@ class Machine:
         self.qmp("device_del", id=dev_id)
         self.event_wait("DEVICE_DELETED", match={"data": {"device": dev_id}})
 
+    def console_input(self, text: str) -> None:
+        """Types `text` on the guest's console (its serial port's input): a guest command
+        waiting with `read line < /dev/ttyS0` goes on."""
+        if self._vm is None:
+            raise BootFailed("console input", "the machine is not running")
+        self._vm.console_socket.sendall(text.encode())
+
     def kill(self) -> None:
         """SIGKILL to QEMU, as a crash would end it (the boot then ends with qemu-exit)."""
         pid = self.pid
@@ -561,7 +568,8 @@ class Machine:
                 hits = coveragemod.parse_profile(f.read(), self._cov_functions)
         except OSError:
             return None
-        return {fn: hits.get(fn, -1) for fn in self._cov_functions}
+        refused = coveragemod.refused(self._kmsg.text(), self._cov_functions)
+        return {fn: -1 if fn in refused else hits.get(fn, -1) for fn in self._cov_functions}
 
     def _keep_logs(self) -> None:
         """A boot in a temporary folder keeps its logs (console, kernel log, QEMU's output)

@@ -129,7 +129,7 @@ def test_guest_script_is_filled() -> None:
     g = p.guest_script("stock")
     assert "@@" not in g
     assert "hvstor-blk-tune $d nr_requests=56" in g
-    assert "write_iops_log" in g and "NDISKS=1" in g
+    assert "write_iops_log" in g and 'LUNS="0"' in g
 
 
 def test_virtio_scsi_comparison_and_host_load() -> None:

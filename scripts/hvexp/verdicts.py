@@ -1,0 +1,275 @@
+"""Guest verdicts: expect lines about what the guest did, judged in every run (not on a
+median): errors fio saw, I/O errors and SCSI timeouts the guest counted, patterns in the
+guest kernel's log, a disk present or gone at the end, which functions of hv_storvsc ran
+(docs/experiments.md, "Guest verdicts").
+
+    expect = fio.errors = 0              fio's errors (every job's), in each run
+    expect = fio.errors > 0
+    expect = fio.verify = ok             no job's verify failed (or: failed)
+    expect = guest.io_errors = 0         I/O errors the guest kernel logged
+    expect = scsi.timeouts = 0           commands the SCSI midlayer timed out (iotmo_cnt)
+    expect = scsi.errors = 0             commands that completed with an error (ioerr_cnt)
+    expect = log ~ REGEX                 the guest kernel's log has a line matching REGEX
+    expect = log !~ REGEX                ... has none
+    expect = DISK.present = no           a disk (disk0, or its [disk NAME]) gone at the end
+    expect = coverage.functions >= 90%   of hv_storvsc's functions, ran in the variant's runs
+    expect = coverage.all >= 90%         ... in all the experiment's runs together
+    expect = coverage.FUNCTION = ran     a function ran in the variant's runs (or: not-run)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .spec import Spec
+
+_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+        "<": lambda a, b: a < b, "=": lambda a, b: a == b}
+_COUNT = re.compile(r"^(fio\.errors|guest\.io_errors|scsi\.timeouts|scsi\.errors)\s*(>=|<=|>|<|=)\s*([0-9]+)$")
+_FRACTION = re.compile(r"^coverage\.(functions|all)\s*(>=|<=|>|<|=)\s*([0-9]+(?:\.[0-9]+)?)%$")
+_WORD = re.compile(r"^(fio\.verify|[A-Za-z0-9_.-]+\.present|coverage\.[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+)$")
+_LOG = re.compile(r"^log\s*(!?~)\s*(.+)$")
+# What the guest kernel logs for a failed I/O.
+IO_ERROR = re.compile(r"I/O error, dev |critical (medium|target|nexus|space allocation|protection) error|"
+                      r"Buffer I/O error|blk_update_request: .*error")
+WORDS = {"fio.verify": ("ok", "failed"), "present": ("yes", "no"), "coverage": ("ran", "not-run")}
+EILSEQ = 84   # fio's error for data that failed verification
+
+
+class VerdictError(Exception):
+    pass
+
+
+@dataclass
+class Verdict:
+    text: str
+    key: str                 # fio.errors, log, disk0.present, coverage.functions, ...
+    op: str                  # >= <= > < =, ~ or !~
+    value: str
+    line: int = 0
+    scope: str = ""
+    ratio: bool = False      # never: verdicts compare no variants (report.py reads it)
+
+    def describe_bound(self) -> str:
+        return f"{self.op} {self.value}"
+
+
+def is_verdict(text: str) -> bool:
+    s = " ".join(text.split())
+    return bool(_COUNT.match(s) or _FRACTION.match(s) or _WORD.match(s) or _LOG.match(s))
+
+
+def parse(text: str, line: int = 0, scope: str = "") -> Verdict:
+    s = " ".join(text.split())
+    for rx in (_COUNT, _FRACTION):
+        m = rx.match(s)
+        if m:
+            key = m.group(1) if rx is _COUNT else f"coverage.{m.group(1)}"
+            return Verdict(text.strip(), key, m.group(2), m.group(3), line, scope)
+    m = _LOG.match(s)
+    if m:
+        try:
+            re.compile(m.group(2))
+        except re.error as e:
+            raise VerdictError(f"'{m.group(2)}' is no regular expression: {e}") from None
+        return Verdict(text.strip(), "log", m.group(1), m.group(2), line, scope)
+    m = _WORD.match(s)
+    if not m:
+        raise VerdictError(f"cannot read '{text}' as a guest verdict")
+    key, value = m.group(1), m.group(2)
+    kind = "present" if key.endswith(".present") else "coverage" if key.startswith("coverage.") else key
+    if value not in WORDS[kind]:
+        raise VerdictError(f"{key} is {' or '.join(WORDS[kind])}, not '{value}'")
+    return Verdict(text.strip(), key, "=", value, line, scope)
+
+
+def check(sp: Spec, disks: List[str], coverage: Dict[str, bool]) -> None:
+    """Every verdict line of the spec before the first boot: it reads, names a disk the
+    spec has, asks for coverage only where it is counted. disks: the names a disk may go
+    by; coverage: per variant, whether its runs count functions. SpecError at the line."""
+    sections = [("", sp.experiment)] + list(sp.variants.items())
+    for scope, sec in sections:
+        for text, line in sec.expects:
+            if not is_verdict(text):
+                continue
+            try:
+                v = parse(text, line, scope)
+            except VerdictError as e:
+                raise sp.error(line, str(e)) from None
+            if v.key.endswith(".present") and v.key[:-len(".present")] not in disks:
+                raise sp.error(line, f"expect {v.text}: the spec has no disk '{v.key[:-8]}' "
+                                     f"(its disks: {', '.join(disks)})")
+            if v.key.startswith("coverage."):
+                scopes = [scope] if scope else list(coverage)
+                off = [s for s in scopes if not coverage.get(s)]
+                if off:
+                    raise sp.error(line, f"expect {v.text}: coverage is not counted for {', '.join(off)} "
+                                         "(coverage = functions)")
+
+
+def disk_luns(sp: Spec) -> Dict[str, int]:
+    """The names a disk goes by (diskN, and its [disk NAME]) to its LUN (its index)."""
+    out: Dict[str, int] = {}
+    for i, d in enumerate(sp.disks):
+        out[f"disk{i}"] = i
+        if not d.name.isdigit():
+            out[d.name] = i
+    return out
+
+
+# --- what a run shows ------------------------------------------------------------------
+@dataclass
+class RunFacts:
+    """What a run's files say for the verdicts."""
+    rep: int
+    values: Dict[str, str] = field(default_factory=dict)   # the guest's verdicts file
+    fio_errors: int = 0
+    fio_verify_failed: int = 0
+    kernel_log: List[str] = field(default_factory=list)
+    coverage: Optional[Dict[str, int]] = None
+
+    def io_error_lines(self) -> List[str]:
+        return [ln for ln in self.kernel_log if IO_ERROR.search(ln)]
+
+    def counter(self, name: str) -> int:
+        """A SCSI counter summed over the disks (iotmo, ioerr)."""
+        return sum(_int(v) for k, v in self.values.items() if re.fullmatch(rf"lun\.[0-9]+\.{name}", k))
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        return 0
+
+
+def run_facts(run_dir: str, rep: int) -> RunFacts:
+    f = RunFacts(rep)
+    res = os.path.join(run_dir, "results")
+    f.values = _key_values(os.path.join(res, "verdicts"))
+    try:
+        with open(os.path.join(res, "fio.json"), encoding="utf-8", errors="replace") as fh:
+            jobs = json.loads(_json_part(fh.read())).get("jobs", [])
+    except (OSError, ValueError):
+        jobs = []
+    for j in jobs:
+        err = int(j.get("error", 0) or 0)
+        f.fio_errors += int(j.get("total_err", 0) or 0) or (1 if err else 0)
+        f.fio_verify_failed += 1 if err == EILSEQ else 0
+    try:
+        with open(os.path.join(run_dir, "dmesg.txt"), encoding="utf-8", errors="replace") as fh:
+            f.kernel_log = fh.read().splitlines()
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(run_dir, "coverage.json"), encoding="utf-8") as fh:
+            f.coverage = {str(k): int(v) for k, v in json.load(fh).items()}
+    except (OSError, ValueError):
+        pass
+    return f
+
+
+def _json_part(text: str) -> str:
+    """fio's JSON without anything printed before it."""
+    i = text.find("{")
+    return text[i:] if i >= 0 else "{}"
+
+
+def _key_values(path: str) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                k, eq, v = line.rstrip("\n").partition("=")
+                if eq:
+                    out[k] = v
+    except OSError:
+        pass
+    return out
+
+
+# --- judging ---------------------------------------------------------------------------
+@dataclass
+class VerdictOutcome:
+    expectation: Verdict
+    variant: str
+    passed: bool
+    figure: Optional[float]
+    detail: str
+    where: str = ""
+
+    def line(self) -> str:
+        word = "PASS" if self.passed else "FAIL"
+        where = f" ({self.where})" if self.where else ""
+        return f"{word} {self.variant}: expect {self.expectation.text}{where}: {self.detail}"
+
+
+def evaluate(v: Verdict, variant: str, runs: List[RunFacts], luns: Dict[str, int],
+             where: str = "") -> VerdictOutcome:
+    """One verdict for one variant over its runs (luns: disk name -> LUN)."""
+    if not runs:
+        return VerdictOutcome(v, variant, False, None, "no run to judge", where)
+    if v.key.startswith("coverage."):
+        return _coverage_outcome(v, variant, runs, where)
+    bad: List[str] = []
+    seen: List[str] = []
+    for r in runs:
+        ok, shown = _one_run(v, r, luns)
+        seen.append(shown)
+        if not ok:
+            bad.append(f"repetition {r.rep}: {shown}")
+    if bad:
+        return VerdictOutcome(v, variant, False, None, "; ".join(bad), where)
+    return VerdictOutcome(v, variant, True, None, f"held in each of {len(runs)} run(s) ({'; '.join(seen)})", where)
+
+
+def _one_run(v: Verdict, r: RunFacts, luns: Dict[str, int]) -> Tuple[bool, str]:
+    """Whether one run meets the verdict, and what it showed."""
+    if v.key == "log":
+        hits = [ln for ln in r.kernel_log if re.search(v.value, ln)]
+        found = f"{len(hits)} line(s)" + (f", first: {hits[0]}" if hits else "")
+        return (bool(hits) if v.op == "~" else not hits), found
+    if v.key.endswith(".present"):
+        lun = luns[v.key[:-len(".present")]]
+        got = r.values.get(f"lun.{lun}.present", "no")
+        return got == v.value, f"present: {got}"
+    if v.key == "fio.verify":
+        got = "failed" if r.fio_verify_failed else "ok"
+        return got == v.value, f"verify {got}"
+    n = {"fio.errors": r.fio_errors, "guest.io_errors": len(r.io_error_lines()),
+         "scsi.timeouts": r.counter("iotmo"), "scsi.errors": r.counter("ioerr")}[v.key]
+    shown = f"{n}"
+    if v.key == "guest.io_errors" and n:
+        shown += f" (first: {r.io_error_lines()[0]})"
+    return _OPS[v.op](n, int(v.value)), shown
+
+
+def coverage_union(runs: List[RunFacts]) -> Tuple[List[str], List[str]]:
+    """(functions that ran in any of the runs, functions that did not) over runs that
+    counted; functions the kernel would not probe are in neither."""
+    ran: Dict[str, bool] = {}
+    for r in runs:
+        for fn, hits in (r.coverage or {}).items():
+            if hits >= 0:
+                ran[fn] = ran.get(fn, False) or hits > 0
+    return sorted(f for f, x in ran.items() if x), sorted(f for f, x in ran.items() if not x)
+
+
+def _coverage_outcome(v: Verdict, variant: str, runs: List[RunFacts], where: str) -> VerdictOutcome:
+    ran, missed = coverage_union(runs)
+    if not ran and not missed:
+        return VerdictOutcome(v, variant, False, None, "no coverage was counted", where)
+    if v.key in ("coverage.functions", "coverage.all"):
+        pct = 100.0 * len(ran) / (len(ran) + len(missed))
+        ok = _OPS[v.op](pct, float(v.value))
+        return VerdictOutcome(v, variant, ok, pct, f"{len(ran)} of {len(ran) + len(missed)} functions ran "
+                              f"({pct:.0f}%); not run: {', '.join(missed) or 'none'}", where)
+    fn = v.key[len("coverage."):]
+    if fn not in ran and fn not in missed:
+        return VerdictOutcome(v, variant, False, None, f"{fn} is not a function the module's symbol table has", where)
+    got = "ran" if fn in ran else "not-run"
+    return VerdictOutcome(v, variant, got == v.value, None, f"{fn} {got}", where)
