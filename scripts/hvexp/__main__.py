@@ -24,6 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--jobs", type=_posint, default=1, help="boot up to N runs at once (default 1)")
     r.add_argument("--trace", action="store_true",
                    help="per-IO latency attribution: trace every I/O in the guest and the host (as trace = on)")
+    r.add_argument("--kernel", help="every variant boots this kernel (debian-6.1, debian-6.12, or a bzImage "
+                                    "with --modules)")
+    r.add_argument("--modules", help="with --kernel PATH: its lib/modules/<version> tree")
+    r.add_argument("--patch", help="every variant loads hv_storvsc built with this patch (in place of the "
+                                   "spec's patch or ko): a suite run on your change")
     r.add_argument("--dry-run", action="store_true", help="print each variant's guest (kernel, vCPUs, kernel command line, QEMU device arguments) and the guest script")
     p = sub.add_parser("report", help="redo the report and the verdict of a results folder")
     p.add_argument("results", help="a results folder of ./hvstor run")

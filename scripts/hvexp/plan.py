@@ -121,11 +121,12 @@ class Variant:
     published_ratio: str = ""
     wait_disks: int = 0
     initramfs_modules: list[str] = field(default_factory=list)  # modules the guest needs beyond ours
-    host_load: int = 0
+    host_load: int = 0          # busy processes at nice 19 on the host while the guest runs
     timeline: list[timelinemod.Event] = field(default_factory=list)
     coverage: bool = False      # count which functions of hv_storvsc ran
     fio_judged: bool = False    # a guest verdict judges fio's errors: its failing is no failed run
-    may_go: set[int] = field(default_factory=set)   # LUNs whose disk may be gone at the end          # busy processes at nice 19 on the host while the guest runs
+    may_go: set[int] = field(default_factory=set)   # LUNs whose disk may be gone at the end
+    presence_judged: set[int] = field(default_factory=set)  # LUNs a DISK.present verdict judges
     scale: float = 1.0          # its figures are scaled back by this (1: it ran at real speed)
 
 
@@ -164,8 +165,10 @@ class Plan:
 
     def __init__(self, spec: Spec, reps: int | None = None, runtime: int | None = None, only: list[str] | None = None,
                  build_module: BuildModule | None = None, modinfo: ModInfo | None = None,
-                 trace: bool | None = None) -> None:
+                 trace: bool | None = None, overrides: dict[str, str] | None = None) -> None:
         self.spec = spec
+        # Values given on the command line for every variant (--kernel, --patch).
+        self.overrides = dict(overrides or {})
         self.name = os.path.splitext(os.path.basename(spec.path))[0]
         self.dir = os.path.dirname(os.path.abspath(spec.path))
         ex = spec.experiment
@@ -248,6 +251,8 @@ class Plan:
     def _val(self, v: str, key: str, default: str) -> str: ...
 
     def _val(self, v: str, key: str, default: str | None = None) -> str | None:
+        if key in self.overrides:
+            return self.overrides[key] or default
         return self.spec.value(v, key, default)
 
     def _err(self, v: str, key: str, msg: str) -> SpecError:
@@ -327,6 +332,10 @@ class Plan:
         var.may_go = {self.disk_names[x.key[:-len(".present")]] for x in verdict_lines
                       if x.key.endswith(".present") and x.value == "no" and x.key[:-8] in self.disk_names}
         var.may_go |= {self.disk_names[e.target] for e in var.timeline if e.action == "hot-remove"}
+        var.presence_judged = {self.disk_names[x.key[:-len(".present")]] for x in verdict_lines
+                               if x.key.endswith(".present") and x.key[:-8] in self.disk_names}
+        # A disk the timeline plugs and this variant's timeline never adds is not lost.
+        var.may_go |= set(var.hw.plug_later) - {self.disk_names[e.target] for e in var.timeline if e.action == "hot-add"}
 
     # --- timeline and coverage ---------------------------------------------------------
     def targets(self, v: str) -> timelinemod.Targets:
@@ -350,22 +359,23 @@ class Plan:
         text = self._val(v, "timeline", "")
         if not text:
             return []
-        targets = self._targets(var.hw)
-        if var.device != "hv-storvsc" and any(e.action in timelinemod.HOST_ACTIONS for e in
-                                              _parse_or_none(text, targets)):
-            raise self._err(v, "timeline", f"host events act on hv-storvsc's disks: the variant runs on {var.device}")
+        # A here-document's text (it ends with a newline) starts on the line after
+        # "timeline = <<END"; a one-line value is on the key's line.
+        first = self.spec.where(v, "timeline") + (1 if text.endswith("\n") else 0)
+        host = timelinemod.first_host_event(text)
+        if var.device != "hv-storvsc" and host is not None:
+            raise self.spec.error(first + host, f"variant {v}: timeline: host events act on hv-storvsc's disks: "
+                                  f"the variant runs on {var.device}")
         try:
-            return timelinemod.parse(text, targets)
+            return timelinemod.parse(text, self._targets(var.hw))
         except timelinemod.TimelineError as e:
-            # The here-document's text starts on the line after "timeline = <<END".
-            line = self.spec.where(v, "timeline") + 1 + e.offset
-            raise self.spec.error(line, f"variant {v}: timeline: {e}") from None
+            raise self.spec.error(first + e.offset, f"variant {v}: timeline: {e}") from None
 
     def _kernel(self, v: str) -> _Kernel:
         """The variant's kernel, its modules tree, kdir and storvsc-source, resolved: a
         Debian kernel by name, or one given as paths (relative to the spec's folder or the
         current one); the default is scripts/default-kernel's."""
-        kernel = self.spec.value(v, "kernel")
+        kernel = self._val(v, "kernel")
         if kernel is None:
             kernel = default_kernel()
         modules = self._val(v, "modules", "")
@@ -694,11 +704,3 @@ def _reads(text: str) -> bool:
         return True
     except verdicts.VerdictError:
         return False
-
-
-def _parse_or_none(text: str, targets: timelinemod.Targets) -> list[timelinemod.Event]:
-    """The events of a timeline, or none when it has a mistake (reported elsewhere)."""
-    try:
-        return timelinemod.parse(text, targets)
-    except timelinemod.TimelineError:
-        return []

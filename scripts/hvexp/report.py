@@ -342,6 +342,9 @@ class Report:
         """A guest verdict judged in every run of each variant it is about (coverage.all:
         once, over every run of the experiment)."""
         if vd.key == "coverage.all":
+            if set(self.variants) != set(self.vinfo_all):
+                self.left_out.append(("all variants", vd.text, where))   # judged on the whole suite only
+                return []
             every = [f for v in self.variants for f in self.run_facts[v]]
             return [verdicts.evaluate(vd, "all variants", every, luns, where)]
         targets = [vd.scope] if vd.scope else list(self.variants)
@@ -434,7 +437,7 @@ class Report:
         if self.outcomes or self.left_out:
             L += ["", "Expectations (figures: medians over repetitions; guest verdicts: in every run):"]
             L += ["  " + o.line() for o in self.outcomes]
-            L += [f"  SKIP {v}: expect {t} ({w}): the variant was not run (--variants)" for v, t, w in self.left_out]
+            L += [f"  SKIP {v}: expect {t} ({w}): not judged: it is about variants this run left out (--variants)" for v, t, w in self.left_out]
         bad = self.failed_runs()
         if bad or self.missing_runs():
             L += ["", "Runs that did not count:"]
@@ -564,7 +567,7 @@ class Report:
             tests += 1
             skipped += 1
             tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{v}: {text}")
-            ET.SubElement(tc, "skipped", message=f"{where}: the variant was not run (--variants)")
+            ET.SubElement(tc, "skipped", message=f"{where}: not judged: it is about variants this run left out (--variants)")
         for o in self.outcomes:
             tests += 1
             tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{o.variant}: {o.expectation.text}")

@@ -126,7 +126,7 @@ def check_run(var: planmod.Variant, res: str) -> Optional[str]:
 
 def _check_verdict_facts(var: planmod.Variant, res: str) -> Optional[str]:
     """A run fails when fio failed and no guest verdict judges fio's errors, or when a
-    disk is gone at the end that neither the timeline removed nor a verdict expects gone."""
+    disk is gone at the end that the timeline did not remove and no verdict judges."""
     facts = reportmod.header(os.path.join(res, "verdicts"))
     if not facts:
         return None                         # an older guest script: nothing to judge
@@ -135,7 +135,7 @@ def _check_verdict_facts(var: planmod.Variant, res: str) -> Optional[str]:
         return f"fio exited with status {st} (no expect line judges fio's errors: see fio.out)"
     for k, val in sorted(facts.items()):
         m = re.fullmatch(r"lun\.([0-9]+)\.present", k)
-        if m and val == "no" and int(m.group(1)) not in var.may_go:
+        if m and val == "no" and int(m.group(1)) not in var.may_go | var.presence_judged:
             return (f"the guest lost its disk at LUN {m.group(1)}: it is gone at the end, and neither the "
                     "timeline removed it nor an expect line expects it gone")
     return None
@@ -419,7 +419,8 @@ def run(args: argparse.Namespace) -> int:
     only = args.variants.split(",") if args.variants else None
     plan = planmod.Plan(spec, reps=args.reps, runtime=args.runtime, only=only,
                         build_module=None if args.dry_run else build_module,
-                        modinfo=None if args.dry_run else modinfo, trace=True if args.trace else None)
+                        modinfo=None if args.dry_run else modinfo, trace=True if args.trace else None,
+                        overrides=overrides(args))
     if args.dry_run:
         dry_run(plan)
         return EXIT_OK
@@ -458,6 +459,21 @@ def _results_folder(plan: planmod.Plan, given: Optional[str]) -> str:
         if os.path.islink(link) or os.path.exists(link):
             os.unlink(link)
         os.symlink(out, link)
+    return out
+
+
+def overrides(args: argparse.Namespace) -> dict[str, str]:
+    """What the command line sets for every variant: --kernel (and --modules), --patch
+    (which takes the place of a spec's ko)."""
+    out: dict[str, str] = {}
+    if getattr(args, "kernel", None):
+        out["kernel"] = args.kernel
+        out["modules"] = getattr(args, "modules", None) or ""
+    elif getattr(args, "modules", None):
+        raise RunnerError("--modules goes with --kernel PATH")
+    if getattr(args, "patch", None):
+        patch = os.path.abspath(args.patch) if os.path.exists(args.patch) else args.patch
+        out["patch"], out["ko"] = patch, ""
     return out
 
 

@@ -22,6 +22,7 @@ sends its results, so an event timed after fio's end still happens.
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -73,11 +74,25 @@ def parse(text: str, targets: Targets) -> List[Event]:
     the first mistake."""
     events = []
     for offset, raw in enumerate(text.splitlines()):
-        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        line = _strip_comment(raw)
         if line:
             events.append(_event(offset, line, targets))
     _check_plugs(events, targets)
     return sorted(events, key=lambda e: e.at)
+
+
+def first_host_event(text: str) -> Optional[int]:
+    """The offset of a timeline's first line that asks for a host event, mistakes or not
+    (for variants that can have none); None when it has none."""
+    for offset, raw in enumerate(text.splitlines()):
+        parts = _strip_comment(raw).split()
+        if len(parts) >= 2 and parts[1] in HOST_ACTIONS:
+            return offset
+    return None
+
+
+def _strip_comment(raw: str) -> str:
+    return re.sub(r"(^|\s)#.*$", "", raw).strip()
 
 
 def _event(offset: int, line: str, targets: Targets) -> Event:
@@ -96,8 +111,9 @@ def _event(offset: int, line: str, targets: Targets) -> Event:
         if not rest:
             raise TimelineError(offset, "guest wants a shell command")
         return Event(at, action, "", rest, offset, line)
-    target, _, value = rest.partition(" ")
-    value = value.strip()
+    words = rest.split(None, 1)         # blanks or tabs between the columns
+    target = words[0] if words else ""
+    value = words[1].strip() if len(words) > 1 else ""
     ev = Event(at, action, target, value, offset, line)
     _check_target(ev, targets)
     return ev
@@ -141,23 +157,21 @@ def _check_plugs(events: List[Event], targets: Targets) -> None:
 
 # --- the guest's part ------------------------------------------------------------------
 def guest_script(events: List[Event]) -> str:
-    """Shell that starts the guest's commands, each in the background after its time, with
-    its output in $R/timeline-guest.log; `timeline_wait` then waits for them."""
+    """Shell that defines timeline_start: it starts the guest's commands, each in the
+    background after its time (sleep, from the call), each from a file of its own (a
+    here-document: the command's text is never interpreted on the way), its line as written
+    and its output and exit status in $R/timeline-guest.log, and adds its pid to
+    $TIMELINE_PIDS, which the guest script waits for after fio."""
     out = ["timeline_start() {"]
     guest = [e for e in events if e.action == "guest"]
     for i, e in enumerate(guest):
         out += [f"  cat > /tmp/hvstor-timeline-{i} <<'HVSTOR_TIMELINE_END'", e.value, "HVSTOR_TIMELINE_END",
-                f"  ( sleep {e.at:g}; echo \"[$(cut -d' ' -f1 /proc/uptime)] at {e.at:g}s: {_sh_quote_free(e.value)}\";"
-                f" sh /tmp/hvstor-timeline-{i}; echo \"[$(cut -d' ' -f1 /proc/uptime)] exit status $?\" )"
+                f"  ( sleep {e.at:g}; printf '[%s] at %ss: %s\\n' \"$(cut -d' ' -f1 /proc/uptime)\" {e.at:g} {shlex.quote(e.value)};"
+                f" sh /tmp/hvstor-timeline-{i}; st=$?; echo \"[$(cut -d' ' -f1 /proc/uptime)] exit status $st\" )"
                 " >> \"$R/timeline-guest.log\" 2>&1 &",
                 "  TIMELINE_PIDS=\"$TIMELINE_PIDS $!\""]
     out += ["  :", "}"]
     return "\n".join(out) + "\n"
-
-
-def _sh_quote_free(text: str) -> str:
-    """A command's text for an echo between double quotes, shown, never run."""
-    return re.sub(r'["$`\\]', "_", text)
 
 
 # --- the host's part -------------------------------------------------------------------
