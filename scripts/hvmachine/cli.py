@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from typing import List, Optional, Sequence
 
@@ -16,7 +18,8 @@ A guest command's output is printed as it comes; the exit status is the command'
 when the deadline passed or the guest fell silent, 125 when the guest kernel reported an
 Oops, BUG, WARNING, panic or hung task (the boot ends at once, with its lines), when QEMU
 ended without the command's status, or when the results did not arrive whole; 1 or 2 for
-errors before the boot. QEMU=PATH boots with that QEMU instead of building ours.
+errors before the boot; 130 on Ctrl-C and 143 on SIGTERM, QEMU ended either way.
+QEMU=PATH boots with that QEMU instead of building ours.
 """
 
 
@@ -105,6 +108,16 @@ def guest_from_args(ns: argparse.Namespace, extra: List[str]) -> Guest:
     return g
 
 
+def check_paths(ns: argparse.Namespace) -> None:
+    """The files a boot writes, checked before it: after the boot is too late."""
+    if ns.qmp:
+        check_qmp_path(ns.qmp)
+    if ns.results and os.path.exists(ns.results) and not os.path.isdir(ns.results):
+        raise GuestError(f"--results: {ns.results} exists and is not a folder")
+    if ns.log and os.path.isdir(ns.log):
+        raise GuestError(f"--log: {ns.log} is a folder; the log is a file")
+
+
 def check_qmp_path(path: str) -> None:
     # QEMU removes whatever is at the path before it listens: never a file of the user's.
     if os.path.exists(path) and not _is_socket(path):
@@ -130,8 +143,7 @@ def boot(ns: argparse.Namespace, extra: List[str]) -> int:
     # Imported here: --help and bad arguments need neither QEMU nor its Python packages.
     from .machine import BootError, Machine, interactive  # pylint: disable=import-outside-toplevel
     g = guest_from_args(ns, extra)
-    if ns.qmp:
-        check_qmp_path(ns.qmp)
+    check_paths(ns)
     if g.cmd is None:
         log(f"booting {g.kernel} interactively (Ctrl-A X quits)")
         return interactive(g, ns.log, ns.qmp)
@@ -144,7 +156,7 @@ def boot(ns: argparse.Namespace, extra: List[str]) -> int:
             r = m.finish()
     except BootError as e:
         print(f"[hvstor] error: {e}", file=sys.stderr)
-        return 125
+        return e.exit_code
     for w in r.notes():
         log(f"note: {w}")
     if r.failure is not None:
@@ -167,12 +179,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         extra = args[args.index("--") + 1:]
         args = args[:args.index("--")]
     ns = parser().parse_args(args)
+    # SIGTERM (kill, a CI job cancelled) ends the boot as Ctrl-C does, QEMU with it; by
+    # default Python would end at once and leave QEMU running its guest.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return boot(ns, extra)
     except (GuestError, AssetError, QemuError) as e:
         print(f"[hvstor] error: {e}", file=sys.stderr)
         return 2 if isinstance(e, GuestError) else 1
+    except Terminated:
+        print("[hvstor] terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("[hvstor] interrupted", file=sys.stderr)
         return 130
 
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # once: the ending itself is not cut short
+    raise Terminated()

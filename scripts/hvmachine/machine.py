@@ -17,7 +17,6 @@ seconds, or when QEMU exits. Waits have no clock of their own.
 
 from __future__ import annotations
 
-import codecs
 import os
 import re
 import select
@@ -29,14 +28,14 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Pattern, Union
+from typing import Any, Callable, Dict, List, Optional, Pattern, Set, Tuple, Union
 
 from . import assets as assetsmod
 from . import coverage as coveragemod
 from .guest import Guest
 from .paths import cache_dir
 from .qemu import import_qemu_python, qemu_binary
-from .watch import Console, KernelReport, KmsgLog
+from .watch import Console, KernelReport, KmsgLog, LineSplitter, clean
 
 # Serial ports of the guest: the console, the results channel, the kernel's log.
 RESULTS_PORT, KMSG_PORT = "ttyS1", "ttyS2"
@@ -44,13 +43,20 @@ FIRMWARE_DIRS = ("/usr/share/seabios", "/usr/share/qemu")
 POLL = 0.2          # seconds between looks of a wait; never a limit
 REPORT_GRACE = 3.0  # seconds a kernel report may take to be logged whole before the end
 POWEROFF_GRACE = 60.0  # a guest that reported its status and did not power off is ended
+QMP_LOST_GRACE = 10.0  # how long a QMP command whose connection dropped waits for QEMU's exit
+KMSG_READ = 1 << 20    # bytes of the kmsg channel read at once, up to 16 times a look
 # Concurrent launches would hand one QEMU the other's console and QMP sockets (QEMU
 # inherits every inheritable fd): one at a time.
 _LAUNCH = threading.Lock()
 
 
 class BootError(Exception):
-    """A boot that could not start (bad description, no assets, QEMU refused)."""
+    """A boot that could not start (bad description, no assets, QEMU refused); exit_code is
+    124 when QEMU did not answer before the boot's deadline or silence, else 125."""
+
+    def __init__(self, message: str, exit_code: int = 125) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass
@@ -105,7 +111,7 @@ class BootResult:
             return "\n".join([f"the guest command exited with status {self.status}"] + self.notes())
         out = [f"error: {self.failure.message}"]
         if self.qemu_output.strip():
-            out += ["--- QEMU output ---"] + self.qemu_output.rstrip().splitlines()[-20:]
+            out += ["--- QEMU output ---"] + [clean(ln) for ln in self.qemu_output.rstrip().splitlines()[-20:]]
         if self.failure.lines:
             out += ["--- the guest kernel's report ---"] + self.failure.lines
         init = [ln for ln in self.console if ln.startswith("hvstor-init: modprobe")]
@@ -165,6 +171,7 @@ class Machine:
         self._report_at: Optional[float] = None
         self._warnings: List[str] = []
         self._console_bytes = 0
+        self._handed = 0               # console lines whose output on_output has had
         self._console_file: Any = None
         self._cov_functions: List[str] = []
 
@@ -207,11 +214,27 @@ class Machine:
             if self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             raise
-        sock = self._vm.console_socket
-        self._threads = [threading.Thread(target=self._read_console, args=(sock,), daemon=True),
-                         threading.Thread(target=self._monitor, daemon=True)]
+        try:
+            sock = self._vm.console_socket
+            self._threads = [threading.Thread(target=self._read_console, args=(sock,), daemon=True),
+                             threading.Thread(target=self._monitor, daemon=True)]
+            for t in self._threads:
+                t.start()
+        except BaseException:
+            # Ctrl-C or SIGTERM once QEMU runs, before `with` could call __exit__: QEMU
+            # would outlive this process.
+            self._abort_start()
+            raise
+
+    def _abort_start(self) -> None:
+        """Ends a boot whose start() was cut short after QEMU's launch, as finish() does."""
+        self.kill()
         for t in self._threads:
-            t.start()
+            if t.ident is not None:
+                t.join()
+        with self._cond:
+            self._exited = True
+        self.finish()
 
     def _launch(self) -> None:
         g = self.guest
@@ -219,8 +242,6 @@ class Machine:
         if g.cmd is None:
             raise BootError("Machine boots a guest command; an interactive guest is interactive()")
         import_qemu_python()
-        from qemu.machine import QEMUMachine   # pylint: disable=import-outside-toplevel
-        from qemu.machine.machine import VMLaunchFailure  # pylint: disable=import-outside-toplevel
         binary = self._qemu or qemu_binary()
         a = self._assets or assetsmod.prepare(g)
         files = dict(g.files)
@@ -232,18 +253,48 @@ class Machine:
             open(os.path.join(self.rundir, f), "wb").close()
         os.makedirs(os.path.dirname(os.path.abspath(self.console_log)), exist_ok=True)
         self._console_file = open(self.console_log, "wb")  # pylint: disable=consider-using-with
-        vm = QEMUMachine(binary, args=self.qemu_args(a.kernel, initrd), name=self.name,
-                         base_temp_dir=self.rundir, log_dir=self.rundir)
+        vm = _qemu_machine(binary, args=self.qemu_args(a.kernel, initrd), name=self.name,
+                           base_temp_dir=self.rundir, log_dir=self.rundir)
         vm.set_console()
         self._started = time.monotonic()
+        self._vm = self._launched(vm)
+
+    def _launched(self, vm: Any) -> Any:
+        """vm launched and answering QMP, else BootError with QEMU ended and reaped. Launching
+        waits for QMP's greeting with no bound of its own, under the launch lock: a QEMU stuck
+        before its monitor runs is ended at the boot's deadline or silence."""
+        from qemu.machine.machine import VMLaunchFailure  # pylint: disable=import-outside-toplevel
+        guard = _LaunchGuard(vm, *self._launch_bound())
         try:
             with _LAUNCH:
                 vm.launch()
+            # QMP answers before the watchers start: what QEMU does next is the guest's.
+            vm.cmd("query-status")
         except VMLaunchFailure as e:
-            raise BootError(f"QEMU did not start (exit status {e.exitcode}):\n{(e.output or '').rstrip()}") from None
-        self._vm = vm
-        # QMP answers before the watchers start: what QEMU does next is the guest's.
-        vm.cmd("query-status")
+            why = guard.why or f"exit status {e.exitcode}"
+            raise BootError(f"QEMU did not start ({why}):\n{(e.output or '').rstrip()}",
+                            124 if guard.why else 125) from None
+        except BaseException as e:
+            try:
+                # QEMU that dropped QMP is on its way out: its last words, then it is reaped.
+                vm.wait(timeout=int(QMP_LOST_GRACE) if isinstance(e, Exception) else 0)
+            except Exception:  # pylint: disable=broad-except
+                pass
+            if not isinstance(e, Exception):
+                raise
+            why = guard.why or f"QMP failed: {type(e).__name__}: {e}"
+            raise BootError(f"QEMU did not start ({why}):\n{(vm.get_log() or '').rstrip()}",
+                            124 if guard.why else 125) from None
+        finally:
+            guard.stop()
+        return vm
+
+    def _launch_bound(self) -> Tuple[float, str]:
+        """How long QEMU may take to answer QMP, and what is said when it did not."""
+        g = self.guest
+        if g.timeout is not None and g.timeout <= g.silence:
+            return g.timeout, f"the deadline of {g.timeout:g}s passed before QEMU answered QMP"
+        return g.silence, f"no sign of life for {g.silence:g}s: QEMU did not answer QMP"
 
     @staticmethod
     def _coverage_module(g: Guest, a: assetsmod.Assets) -> str:
@@ -268,8 +319,7 @@ class Machine:
 
     # --- the threads ----------------------------------------------------------------------
     def _read_console(self, sock: Any) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending = ""
+        lines = LineSplitter()
         while True:
             ready, _, _ = select.select([sock], [], [], POLL)
             if not ready:
@@ -284,20 +334,42 @@ class Machine:
                 break
             self._console_file.write(data)
             self._console_file.flush()
-            pending += decoder.decode(data)
-            *lines, pending = pending.split("\n")
-            with self._cond:
-                self._console_bytes += len(data)
-                for line in lines:
-                    self._console_line(line)
-                self._cond.notify_all()
+            self._console_lines(lines.feed(data), len(data))
+        self._console_lines(lines.end(), 0)
+
+    def _console_lines(self, lines: List[str], nbytes: int) -> None:
+        """Console lines: what they say under the lock, then the command's lines to
+        on_output outside it, in order (an on_output that blocks, stdout a full pipe, stops
+        no clock)."""
+        out: List[str] = []
         with self._cond:
-            if pending:
-                self._console_line(pending)
+            self._console_bytes += nbytes
+            for line in lines:
+                o = self._console_line(line)
+                if o is not None:
+                    out.append(o)
+            fed = len(self._console.lines)
+            self._cond.notify_all()
+        for o in out:
+            self._hand_on(o)
+        with self._cond:
+            self._handed = fed
             self._cond.notify_all()
 
-    def _console_line(self, line: str) -> None:
-        """One console line, under the lock."""
+    def _hand_on(self, line: str) -> None:
+        """on_output(line); one that raises (stdout closed) is not called again, and the boot
+        goes on: the console is still read, the status still counts."""
+        if self._on_output is None:
+            return
+        try:
+            self._on_output(line)
+        except Exception as e:  # pylint: disable=broad-except
+            self._on_output = None
+            self._warnings.append(f"on_output raised {type(e).__name__}: {e}: the command's output was no "
+                                  "longer handed on")
+
+    def _console_line(self, line: str) -> Optional[str]:
+        """One console line, under the lock; the line when it is the command's output."""
         c = self._console
         was_ready, had_report = c.ready, c.report is not None
         out = c.feed(line)
@@ -308,8 +380,7 @@ class Machine:
             self._status_at = now
         if c.report is not None and not had_report and self._report_at is None:
             self._report_at = now
-        if out is not None and self._on_output is not None:
-            self._on_output(out)
+        return out
 
     def _vm_exited(self) -> bool:
         return self._vm is None or self._vm.exitcode() is not None
@@ -318,12 +389,12 @@ class Machine:
         """Reads the kmsg channel and keeps the clocks, until QEMU has exited."""
         kmsg_path = os.path.join(self.rundir, "kmsg")
         beat_path = os.path.join(self.rundir, "heartbeat")
+        lines = LineSplitter()
         with open(kmsg_path, "rb") as kmsg:
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            pending, life, life_at = "", -1, time.monotonic()
+            life, life_at = -1, time.monotonic()
             while True:
                 exited = self._vm_exited()
-                pending = self._read_kmsg(kmsg, decoder, pending)
+                self._read_kmsg(kmsg, lines)
                 now = time.monotonic()
                 signs = self._console_bytes + os.path.getsize(kmsg_path) + os.path.getsize(beat_path)
                 if signs != life:
@@ -332,19 +403,22 @@ class Machine:
                     break
                 self._check_clocks(now, now - life_at)
                 time.sleep(POLL)
+        self._kmsg_lines(lines.end())   # a record cut off by QEMU's exit
         for t in self._threads:
-            if t is not threading.current_thread():
+            if t is not threading.current_thread() and t.ident is not None:
                 t.join()
         with self._cond:
             self._exited = True
             self._cond.notify_all()
 
-    def _read_kmsg(self, f: Any, decoder: Any, pending: str) -> str:
-        data = f.read()
-        if not data:
-            return pending
-        pending += decoder.decode(data)
-        *lines, pending = pending.split("\n")
+    def _read_kmsg(self, f: Any, lines: LineSplitter) -> None:
+        for _ in range(16):
+            data = f.read(KMSG_READ)
+            if not data:
+                return
+            self._kmsg_lines(lines.feed(data))
+
+    def _kmsg_lines(self, lines: List[str]) -> None:
         with self._cond:
             had = self._kmsg.report is not None
             for line in lines:
@@ -352,26 +426,38 @@ class Machine:
             if self._kmsg.report is not None and not had and self._report_at is None:
                 self._report_at = time.monotonic()
             self._cond.notify_all()
-        return pending
 
     def _check_clocks(self, now: float, quiet_for: float) -> None:
-        g = self.guest
         report = self._report()
         if report is not None and self._report_at is not None:
             if report.complete or now - self._report_at >= REPORT_GRACE:
                 self._end("kernel", f"the guest kernel reported {_a(report.kind)}: {report.lines[0]}",
                           report.lines)
-        elif g.timeout is not None and now - self._started >= g.timeout:
-            when = "the guest command did not finish" if self._ready_at else "before the guest was ready"
-            self._end("deadline", f"the deadline of {g.timeout:g}s passed: {when}")
-        elif quiet_for >= g.silence:
-            when = "" if self._ready_at else " before the guest was ready"
-            self._end("silence", f"the guest showed no sign of life for {g.silence:g}s{when} "
-                      "(no console output, no kernel message, no heartbeat)")
-        elif self._status_at is not None and now - self._status_at >= POWEROFF_GRACE:
-            self._warnings.append(f"the guest reported its status but did not power off in "
-                                  f"{POWEROFF_GRACE:g}s: QEMU was ended")
+            return
+        over = self._clock_out(now, quiet_for)
+        if self._status_at is None:
+            if over is not None:
+                self._end(*over)
+        elif over is not None or now - self._status_at >= POWEROFF_GRACE:
+            # The command is done and its status stands, whichever clock ran out.
+            g = self.guest
+            when = {"deadline": f"by the deadline of {g.timeout or 0:g}s",
+                    "silence": f"and showed no sign of life for {g.silence:g}s"}[over[0]] if over \
+                else f"in {POWEROFF_GRACE:g}s"
+            self._warnings.append(f"the guest reported its status but did not power off {when}: QEMU was ended")
             self._end("", None)
+
+    def _clock_out(self, now: float, quiet_for: float) -> Optional[Tuple[str, str]]:
+        """The deadline or the silence watchdog, when one has run out: (kind, message)."""
+        g = self.guest
+        if g.timeout is not None and now - self._started >= g.timeout:
+            when = "the guest command did not finish" if self._ready_at else "before the guest was ready"
+            return "deadline", f"the deadline of {g.timeout:g}s passed: {when}"
+        if quiet_for >= g.silence:
+            when = "" if self._ready_at else " before the guest was ready"
+            return "silence", (f"the guest showed no sign of life for {g.silence:g}s{when} "
+                               "(no console output, no kernel message, no heartbeat)")
+        return None
 
     def _report(self) -> Optional[KernelReport]:
         return self._kmsg.report or self._console.report
@@ -413,9 +499,12 @@ class Machine:
         with self._cond:
             while True:
                 lines = self._console.lines
-                for line in lines[seen:]:
-                    if holds(line):
-                        return line
+                for n in range(seen, len(lines)):
+                    if holds(lines[n]):
+                        # on_output has had the line too, unless the boot ended.
+                        while self._handed <= n and self._why_ended() is None:
+                            self._cond.wait(POLL)
+                        return lines[n]
                 seen = len(lines)
                 why = self._why_ended()
                 if why is not None:
@@ -443,11 +532,23 @@ class Machine:
         except ExecuteError:
             raise
         except Exception as e:  # pylint: disable=broad-except
-            if self._vm_exited() or self._failure is not None:
-                with self._cond:
-                    why = self._why_ended() or str(e)
-                raise BootFailed(f"QMP {cmd}", why) from e
-            raise
+            why = self._qmp_lost(e)
+            if why is None:
+                raise
+            raise BootFailed(f"QMP {cmd}", why) from e
+
+    def _qmp_lost(self, e: Exception) -> Optional[str]:
+        """Why QMP failed with `e`, when the connection is gone (None: an error of the call).
+        QEMU closes its monitor a while before its process ends: wait for the end then, up to
+        QMP_LOST_GRACE seconds."""
+        from qemu.qmp import QMPError  # pylint: disable=import-outside-toplevel
+        if not isinstance(e, (QMPError, OSError, EOFError)) and not (self._vm_exited() or self._failure):
+            return None
+        deadline = time.monotonic() + QMP_LOST_GRACE
+        with self._cond:
+            while self._why_ended() is None and time.monotonic() < deadline:
+                self._cond.wait(POLL)
+            return self._why_ended() or f"the QMP connection was lost while QEMU runs ({type(e).__name__}: {e})"
 
     def event_wait(self, name: str, match: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """The first QMP event `name` (matching `match` as qemu.machine matches) that came
@@ -457,6 +558,11 @@ class Machine:
                 ev = self._vm.event_wait(name, timeout=POLL, match=match)
             except TimeoutError:
                 ev = None
+            except Exception as e:  # pylint: disable=broad-except
+                why = self._qmp_lost(e)
+                if why is None:
+                    raise
+                raise BootFailed(f"waiting for the QMP event {name}", why) from e
             if ev is not None:
                 return dict(ev)
             with self._cond:
@@ -488,6 +594,8 @@ class Machine:
         gathers the result: status, output, logs, the results channel."""
         if self._result is not None:
             return self._result
+        if self._vm is None:   # nothing would ever end the wait below
+            raise BootError("finish() of a machine that did not start")
         with self._cond:
             while not self._exited:
                 self._cond.wait(POLL)
@@ -515,13 +623,15 @@ class Machine:
         return self._result
 
     def _exit_failure(self) -> Optional[Failure]:
-        if self._console.status is not None:
-            return None
-        rc = self._vm.exitcode()
+        # A report that came with the status and QEMU's exit (the command's last moments, the
+        # power-off), before the monitor looked at it, fails the boot as any other.
         report = self._report()
         if report is not None:
             return Failure("kernel", f"the guest kernel reported {_a(report.kind)}: {report.lines[0]}",
                            report.lines)
+        if self._console.status is not None:
+            return None
+        rc = self._vm.exitcode()
         if any("Kernel panic" in ln for ln in self._console.lines):
             return Failure("kernel", f"the guest kernel panicked (QEMU exit status {rc})")
         when = "while the guest command ran, without its exit status" if self._console.ready \
@@ -530,20 +640,17 @@ class Machine:
 
     def _unpack_results(self) -> Optional[Failure]:
         assert self.results_dir is not None
-        os.makedirs(self.results_dir, exist_ok=True)
         tar = os.path.join(self.rundir, "results.tar")
         try:
-            with tarfile.open(tar) as t:
-                for m in t.getmembers():
-                    if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir()):
-                        raise tarfile.TarError(f"refusing member {m.name!r}")
-                t.extractall(self.results_dir)
+            os.makedirs(self.results_dir, exist_ok=True)
+            names = extract_results(tar, self.results_dir)
         except (tarfile.TarError, OSError) as e:
             if self._console.status == 0:
                 return Failure("results", "the command succeeded but its results did not arrive "
                                f"whole on the results port ({e})")
             return None
-        if self._console.status == 0 and not os.path.isfile(os.path.join(self.results_dir, ".exit-status")):
+        # The archive's own .exit-status: one left in a reused folder proves nothing.
+        if self._console.status == 0 and ".exit-status" not in names:
             return Failure("results", "the command succeeded but its results did not arrive whole "
                            "on the results port (no .exit-status)")
         return None
@@ -576,16 +683,78 @@ class Machine:
         in the cache's last-boot/, in place of the previous boot's."""
         assert self._result is not None
         keep = os.path.join(cache_dir(), "last-boot")
-        shutil.rmtree(keep, ignore_errors=True)
-        os.makedirs(keep)
-        for src, name, attr in ((self.console_log, "console.log", "console_log"),
-                                (self.kernel_log, "dmesg.txt", "kernel_log_path"),
-                                (self.qemu_log, "qemu.log", "")):
-            if os.path.isfile(src) and os.path.dirname(os.path.abspath(src)) == os.path.abspath(self.workdir):
-                dst = os.path.join(keep, name)
-                shutil.copyfile(src, dst)
-                if attr:
-                    setattr(self._result, attr, dst)
+        try:
+            shutil.rmtree(keep, ignore_errors=True)
+            os.makedirs(keep, exist_ok=True)   # another boot's may be back already
+            for src, name, attr in ((self.console_log, "console.log", "console_log"),
+                                    (self.kernel_log, "dmesg.txt", "kernel_log_path"),
+                                    (self.qemu_log, "qemu.log", "")):
+                if os.path.isfile(src) and os.path.dirname(os.path.abspath(src)) == os.path.abspath(self.workdir):
+                    dst = os.path.join(keep, name)
+                    shutil.copyfile(src, dst)
+                    if attr:
+                        setattr(self._result, attr, dst)
+        except OSError as e:
+            # The boot's result stands; only its logs are gone with the temporary folder.
+            self._result.warnings.append(f"the boot's logs could not be kept in {keep}: {e}")
+
+
+def extract_results(tar: str, dest: str) -> Set[str]:
+    """The guest's results archive extracted into dest; the names of its members. TarError
+    when it is not whole (tarfile reads an archive cut short without a word: its end-of-
+    archive blocks are looked for) or holds anything but files and folders inside dest."""
+    with tarfile.open(tar) as t:
+        members = t.getmembers()
+        for m in members:
+            if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir()):
+                raise tarfile.TarError(f"refusing member {m.name!r}")
+        with open(tar, "rb") as f:
+            f.seek(t.offset)
+            if f.read(2 * tarfile.BLOCKSIZE) != bytes(2 * tarfile.BLOCKSIZE):
+                raise tarfile.TarError("the archive was cut short (no end-of-archive blocks)")
+        # Python's own checks too, where it has them (3.11.4 on).
+        safe: Dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        t.extractall(dest, **safe)
+    return {os.path.normpath(m.name) for m in members}
+
+
+def _qemu_machine(binary: str, **kw: Any) -> Any:
+    """A qemu.machine QEMUMachine that reads QEMU's output as UTF-8 whatever bytes it holds
+    (qemu.machine decodes it strictly: one byte that is not UTF-8 lost all of it)."""
+    from qemu.machine import QEMUMachine  # pylint: disable=import-outside-toplevel
+
+    class _Machine(QEMUMachine):
+        def _load_io_log(self) -> None:
+            if self._qemu_log_path is not None:
+                with open(self._qemu_log_path, "rb") as f:
+                    self._iolog = f.read().decode("utf-8", "replace")
+
+    return _Machine(binary, **kw)
+
+
+class _LaunchGuard:
+    """Kills QEMU when `seconds` pass before stop(): `why` then says so."""
+
+    def __init__(self, vm: Any, seconds: float, why: str) -> None:
+        self.why: Optional[str] = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(vm, seconds, why), daemon=True)
+        self._thread.start()
+
+    def _run(self, vm: Any, seconds: float, why: str) -> None:
+        if self._done.wait(seconds):
+            return
+        self.why = why
+        while not self._done.is_set():
+            pid = vm.get_pid()   # None before the process exists, and once it has exited
+            if pid is not None:
+                _signal(pid, signal.SIGKILL)
+                return
+            self._done.wait(POLL)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def base_args(g: Guest, kernel: str, initrd: str, cmdline: str) -> List[str]:
@@ -626,8 +795,8 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def _a(kind: str) -> str:
-    return {"oops": "an Oops", "bug": "a BUG", "warning": "a WARNING", "panic": "a panic",
-            "hung task": "a hung task"}.get(kind, kind)
+    return {"oops": "an Oops", "bug": "a BUG", "ubsan": "a UBSAN report", "warning": "a WARNING",
+            "panic": "a panic", "hung task": "a hung task"}.get(kind, kind)
 
 
 def _pattern_text(m: Marker) -> str:

@@ -1,6 +1,8 @@
 """What the host reads from a guest, line by line: the console (the init's markers, the
 command's output) and the kernel's log records (the kmsg channel), and the kernel reports
-that end a boot at once (Oops, BUG, WARNING, panic, hung task).
+that end a boot at once (Oops, BUG, UBSAN, WARNING, panic, hung task). What a guest prints
+is text here: terminal escapes and control characters are taken out, lines have a bounded
+length.
 
 Pure logic on text: the threads that read QEMU's chardevs are in machine.py. Tested with
 canned input in tests/machine.
@@ -8,35 +10,86 @@ canned input in tests/machine.
 
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 READY = "HVSTOR-GUEST-READY"
 _STATUS = re.compile(r"HVSTOR-EXIT-STATUS=([0-9]+)")
-_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[A-Za-z]")
+# What a guest may put on its console that a host terminal would act on (./hvstor boot
+# prints the console's lines): escape sequences whole (CSI, then OSC, DCS, SOS, PM and APC up
+# to their terminator, then the short ones), in their 7-bit and C1 forms, then every other
+# control character but the tab.
+_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"
+                      r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
+                      r"|\x1b[\x20-\x2f]*[\x30-\x7e]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # The console shows kernel messages as "[   12.345678] text".
 _CONSOLE_KERNEL = re.compile(r"^\[\s*[0-9]+\.[0-9]+\] (.*)$")
+# The longest line kept as one: a guest that prints more without a newline gets lines of
+# this length (kernel messages are at most 1 KiB).
+MAX_LINE = 1 << 16
 
 # Kernel reports that end a boot: the first line of each. Soft lockups and RCU stalls are
 # not among them: under TCG a vCPU thread that the host does not schedule for a while
 # causes both, so they are kept in the kernel log and the report, and the boot goes on.
+# An oops starts with x86's die() header, "STR: ERR [#N]" on 6.1 ("divide error: 0000 [#1]",
+# "general protection fault, ...: 0000 [#1]"), "Oops: STR: ERR [#N]" on 6.12, unless
+# "kernel BUG at" came first; UBSAN's reports (a kernel built with it) start "UBSAN: ".
 FATAL: Sequence[Tuple[str, re.Pattern[str]]] = (
     ("panic", re.compile(r"^Kernel panic - not syncing")),
-    ("oops", re.compile(r"^Oops[: ]|^general protection fault|^kernel BUG at ")),
+    ("oops", re.compile(r"^Oops[: ]|^general protection fault|^kernel BUG at |^[a-z][^:]*: [0-9a-f]{4} \[#[0-9]+\]")),
     ("bug", re.compile(r"^BUG: ")),
+    ("ubsan", re.compile(r"^UBSAN: ")),
     ("warning", re.compile(r"^WARNING: ")),
     ("hung task", re.compile(r"^INFO: task .* blocked for more than [0-9]+ seconds")),
 )
 _NOTED = re.compile(r"BUG: soft lockup|rcu_.*(stall|detected stalls)")
-# The end of a report: after it (or after REPORT_LINES lines) the boot is ended.
-_REPORT_END = re.compile(r"^---\[ end (trace|Kernel panic)")
+# The end of a report: after it (or after REPORT_LINES lines) the boot is ended. KASAN's
+# reports (and UBSAN's before 6.5) end with a line of '=' instead.
+_REPORT_END = re.compile(r"^---\[ end (trace|Kernel panic)|^={20,}$")
 REPORT_LINES = 60
 
 
 def clean(line: str) -> str:
-    """A console line without its carriage returns and terminal escapes."""
-    return _ESCAPES.sub("", line.replace("\r", ""))
+    """A console line without terminal escapes and control characters (tabs stay)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", line))
+
+
+class LineSplitter:
+    """Bytes from a guest's channel into lines: UTF-8 (anything else replaced), split at
+    newlines, and cut into lines of max_line characters when a guest prints more without
+    one, so that a line never grows without bound."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._max = max_line
+
+    def feed(self, data: bytes) -> List[str]:
+        """The lines that `data` completes."""
+        text = self._decoder.decode(data)
+        if "\n" not in text and len(self._pending) + len(text) <= self._max:
+            self._pending += text
+            return []
+        *lines, self._pending = (self._pending + text).split("\n")
+        out: List[str] = []
+        for line in lines:
+            out += self._cut(line)
+        while len(self._pending) > self._max:
+            out.append(self._pending[:self._max])
+            self._pending = self._pending[self._max:]
+        return out
+
+    def end(self) -> List[str]:
+        """What is left when the channel ends: the last line, without its newline."""
+        rest = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        return self._cut(rest) if rest else []
+
+    def _cut(self, line: str) -> List[str]:
+        return [line[i:i + self._max] for i in range(0, len(line), self._max)] or [""]
 
 
 def fatal_kind(text: str, tolerate: Sequence[re.Pattern[str]] = ()) -> Optional[str]:
@@ -78,6 +131,21 @@ class KmsgRecord:
 
 _KMSG = re.compile(r"^([0-9]+),([0-9]+),([0-9]+),[^;]*;(.*)$")
 _KMSG_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+_KMSG_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def kmsg_text(escaped: str) -> str:
+    """A record's text from /dev/kmsg's form, where every control byte, backslash and byte
+    past 0x7e is \\xNN: the bytes decoded as UTF-8, tabs and newlines as they are, every
+    other control character left as the text \\xNN (as dmesg shows it), so that none
+    reaches a terminal."""
+    raw, pos = bytearray(), 0
+    for e in _KMSG_ESCAPE.finditer(escaped):
+        raw += escaped[pos:e.start()].encode("utf-8")
+        raw.append(int(e.group(1), 16))
+        pos = e.end()
+    raw += escaped[pos:].encode("utf-8")
+    return _KMSG_CONTROLS.sub(lambda c: f"\\x{ord(c.group()):02x}", raw.decode("utf-8", "replace"))
 
 
 def parse_kmsg(line: str) -> Optional[KmsgRecord]:
@@ -86,9 +154,8 @@ def parse_kmsg(line: str) -> Optional[KmsgRecord]:
     m = _KMSG.match(line)
     if not m:
         return None
-    text = _KMSG_ESCAPE.sub(lambda e: chr(int(e.group(1), 16)), m.group(4))
     # A message with a newline inside comes as one record: its first line speaks for it.
-    return KmsgRecord(int(m.group(1)) % 8, int(m.group(2)), int(m.group(3)), text)
+    return KmsgRecord(int(m.group(1)) % 8, int(m.group(2)), int(m.group(3)), kmsg_text(m.group(4)))
 
 
 class KmsgLog:

@@ -6,6 +6,8 @@ console to the console's socket and the kmsg, heartbeat and results chardevs to 
 
 The script is a JSON list of steps in the file $HVSTOR_FAKE_QEMU_SCRIPT:
     ["console", TEXT]          a console line
+    ["console-raw", TEXT, N]   TEXT N times (default once) on the console as it is, each
+                               character one byte (\u0000-\u00ff: any byte), no newline
     ["kmsg", TEXT]             a kernel message on the kmsg channel (level 4)
     ["kmsg-raw", TEXT]         a line on the kmsg channel as it is
     ["beat"]                   one heartbeat byte
@@ -14,13 +16,21 @@ The script is a JSON list of steps in the file $HVSTOR_FAKE_QEMU_SCRIPT:
     ["wait-qmp", COMMAND]      until QMP has received COMMAND (each wait takes one)
     ["wait-file", PATH]        until PATH exists (the test's go-ahead)
     ["event", NAME, DATA]      a QMP event
-    ["results", {NAME: TEXT}]  a tar archive of these files on the results channel
+    ["results", {NAME: TEXT}, KEEP]  a tar archive of these files on the results channel
+                               (its first KEEP bytes only, when KEEP is given)
     ["stderr", TEXT]           a line on QEMU's own output
+    ["stderr-raw", TEXT]       bytes (one a character, as console-raw) on QEMU's output
+    ["sleep", S]               nothing for S seconds (QEMU busy with its own work)
     ["exit", CODE]             QEMU exits with CODE
+Steps that may lead the list, before QMP's greeting:
+    ["no-qmp"]                 no greeting at all (a QEMU that refused its arguments, or one
+                               stuck before its monitor runs, with ["hang"] after it)
+    ["pidfile", PATH]          QEMU's pid written to PATH
+    ["drop-qmp-on", COMMAND]   when COMMAND comes, the QMP connection is closed unanswered
+    ["mute-qmp-on", COMMAND]   from COMMAND on, no QMP command is answered
 The steps start once the QMP client has negotiated capabilities and asked query-status (as
-the machine layer does once QEMU is up: a boot is never faster),
-unless the first step is ["no-qmp"]: then no greeting is sent (a QEMU that refused its
-arguments). Every QMP command is answered {"return": {}} (query-status: running), and appended as a
+the machine layer does once QEMU is up: a boot is never faster), unless the list starts
+with ["no-qmp"]. Every QMP command is answered {"return": {}} (query-status: running), and appended as a
 JSON line to $HVSTOR_FAKE_QEMU_LOG when it is set. A step list that ends without "exit"
 exits 0.
 """
@@ -53,6 +63,9 @@ class Fake:
         self.cond = threading.Condition()
         self.seq = 0
         self.lock = threading.Lock()
+        self.drop_on: Optional[str] = None
+        self.mute_on: Optional[str] = None
+        self.muted = False
 
     def _sock(self, cid: str) -> Optional[socket.socket]:
         c = self.chardevs.get(cid)
@@ -96,7 +109,12 @@ class Fake:
         reply: Dict[str, Any] = {"return": ret}
         if "id" in msg:
             reply["id"] = msg["id"]
-        self.send(reply)
+        self.muted = self.muted or cmd == self.mute_on
+        if cmd == self.drop_on:
+            assert self.qmp is not None
+            self.qmp.shutdown(socket.SHUT_RDWR)
+        elif not self.muted:
+            self.send(reply)
         if cmd == "quit":
             os._exit(0)
         with self.cond:
@@ -114,6 +132,9 @@ class Fake:
         if what == "console":
             assert self.console is not None
             self.console.sendall(s[1].encode() + b"\r\n")
+        elif what == "console-raw":
+            assert self.console is not None
+            self.console.sendall(s[1].encode("latin-1") * (s[2] if len(s) > 2 else 1))
         elif what == "kmsg":
             self.write_file("hvkmsg", f"4,{self.seq},{self.seq * 1000},-;{s[1]}\n".encode())
             self.seq += 1
@@ -150,9 +171,15 @@ class Fake:
                     info = tarfile.TarInfo(name)
                     info.size = len(data)
                     t.addfile(info, io.BytesIO(data))
-            self.write_file("hvres", buf.getvalue())
+            data = buf.getvalue()
+            self.write_file("hvres", data[:s[2]] if len(s) > 2 else data)
         elif s[0] == "stderr":
             print(s[1], file=sys.stderr, flush=True)
+        elif s[0] == "stderr-raw":
+            sys.stderr.buffer.write(s[1].encode("latin-1"))
+            sys.stderr.flush()
+        elif s[0] == "sleep":
+            time.sleep(s[1])
         elif s[0] == "exit":
             sys.stdout.flush()
             os._exit(int(s[1]))
@@ -164,9 +191,19 @@ def main() -> None:
     fake = Fake(sys.argv[1:])
     with open(os.environ["HVSTOR_FAKE_QEMU_SCRIPT"], encoding="utf-8") as f:
         steps = json.load(f)
-    if steps and steps[0] == ["no-qmp"]:
-        steps = steps[1:]
-    elif fake.qmp is not None:
+    greet = True
+    while steps and steps[0][0] in ("no-qmp", "pidfile", "drop-qmp-on", "mute-qmp-on"):
+        s = steps.pop(0)
+        if s[0] == "no-qmp":
+            greet = False
+        elif s[0] == "pidfile":
+            with open(s[1], "w", encoding="utf-8") as f:
+                f.write(f"{os.getpid()}\n")
+        elif s[0] == "drop-qmp-on":
+            fake.drop_on = s[1]
+        else:
+            fake.mute_on = s[1]
+    if greet and fake.qmp is not None:
         threading.Thread(target=fake.serve_qmp, daemon=True).start()
         fake.step(["wait-qmp", "qmp_capabilities"])
         fake.step(["wait-qmp", "query-status"])

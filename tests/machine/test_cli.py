@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from typing import Any, List
 
@@ -93,3 +94,37 @@ def test_clock_options_want_seconds(opt: str) -> None:
     r = subprocess.run([HVSTOR, "boot", opt, "soon"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, check=False)
     assert r.returncode == 2 and "positive number of seconds" in r.stdout
+
+
+def test_paths_that_cannot_be_used_are_refused_before_a_boot(tmp_path: Any) -> None:
+    """--results naming a file, or --log a folder, failed with a traceback once the whole
+    boot had run (exit status 1, the boot's temporary folder left behind)."""
+    env = dict(os.environ, QEMU="/nonexistent/qemu")
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for args, want in ((["--cmd", "true", "--results", str(afile)], "--results: "),
+                       (["--cmd", "true", "--log", str(tmp_path)], "--log: ")):
+        r = subprocess.run([HVSTOR, "boot", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, check=False)
+        assert r.returncode == 2 and want in r.stdout, (args, r.stdout)
+    assert afile.read_text() == "mine"
+
+
+def test_sigterm_ends_qemu_too(tmp_path: Any) -> None:
+    """SIGTERM to ./hvstor boot (a CI job cancelled, kill PID) ended Python at once and left
+    QEMU running, guest and all, for ever: now it ends the boot as Ctrl-C does (exit 143)."""
+    pid = tmp_path / "qemu.pid"
+    p = boot_with_fake(tmp_path, [["pidfile", str(pid)]] + READY + [["console", "RUNNING"], ["beat-forever"]],
+                       "--cmd", "sleep 1000")
+    assert p.stdout is not None and p.stdout.readline() == "RUNNING\n"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate()
+    qemu = int(pid.read_text())
+    gone = False
+    try:
+        os.kill(qemu, 0)
+    except ProcessLookupError:
+        gone = True
+    if not gone:
+        os.kill(qemu, signal.SIGKILL)
+    assert gone and p.returncode == 143, err

@@ -5,14 +5,22 @@ ends), never as a bound on how fast something happens."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from typing import Any, List
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
-from conftest import READY, FakeBoot, qmp_log
+from conftest import FAKE_QEMU, READY, FakeBoot, qemu_python_or_skip, qmp_log
 
-from hvmachine.machine import BootError, BootFailed
+from hvmachine.assets import Assets
+from hvmachine import machine as machinemod
+from hvmachine.guest import Guest
+from hvmachine.machine import BootError, BootFailed, Machine
+from hvmachine.watch import MAX_LINE
 
 OOPS = ["BUG: kernel NULL pointer dereference, address: 0000000000000000",
         "#PF: supervisor read access in kernel mode",
@@ -169,3 +177,254 @@ def test_qemu_command_line(fake_boot: FakeBoot, tmp_path: Any) -> None:
     cmdline = args[args.index("-append") + 1]
     assert re.fullmatch(r"console=ttyS0 panic=-1 quiet hvstor.kmsg=ttyS2 hv_storvsc.logging_level=2", cmdline)
     assert args[args.index("-smp") + 1] == "3" and args[args.index("-m") + 1] == "512M"
+
+
+# --- defects found in review: each case failed before its fix --------------------------------
+HANG_GUARD = 60.0   # a test of a wait that could hang for ever fails after this, never waits more
+
+
+def _in_thread(fn: Callable[[], Any]) -> Tuple[threading.Thread, Dict[str, Any]]:
+    """fn() in a thread of its own: what it returned or raised, once the thread is done."""
+    out: Dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # pylint: disable=broad-except
+            out["error"] = e
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(HANG_GUARD)
+    return t, out
+
+
+def _until_exited(m: Any) -> None:
+    while m.vm.exitcode() is None:
+        time.sleep(0.05)
+
+
+def _kill_pidfile(path: Any) -> None:
+    try:
+        os.kill(int(open(path, encoding="utf-8").read()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+@pytest.mark.parametrize("lines", [
+    ["INFO: task fio:80 blocked for more than 122 seconds.", "      Not tainted 6.12.0 #1"],
+    ["WARNING: CPU: 0 PID: 9 at drivers/scsi/storvsc_drv.c:1 f+0/0", "---[ end trace 0 ]---"],
+])
+def test_report_right_before_the_power_off_ends_the_boot(fake_boot: FakeBoot, lines: List[str]) -> None:
+    """A report the guest logs in its last moments (the command's last step, the power-off)
+    reaches the host with the status and QEMU's exit: it still fails the boot. Before, the
+    monitor stopped at QEMU's exit before it looked at the report, and the status won."""
+    m = fake_boot(READY + [["kmsg", ln] for ln in lines] + [["console", "HVSTOR-EXIT-STATUS=0"], ["exit", 0]])
+    r = m.finish()
+    assert r.failure is not None and r.failure.kind == "kernel", r.describe()
+    assert r.failure.lines == lines and r.exit_code == 125
+
+
+@pytest.mark.parametrize("lines,kind", [
+    (["divide error: 0000 [#1] PREEMPT SMP NOPTI", "CPU: 1 PID: 77 Comm: sh Not tainted 6.1.0-57-amd64",
+      "RIP: 0010:storvsc_probe+0x2a/0x5e0 [hv_storvsc]", "---[ end trace 0000000000000000 ]---"], "an Oops"),
+    (["UBSAN: array-index-out-of-bounds in drivers/scsi/storvsc_drv.c:1234:17",
+      "index 5 is out of range for type 'u8 [4]'", "=" * 80], "a UBSAN report"),
+])
+def test_reports_the_patterns_missed(fake_boot: FakeBoot, lines: List[str], kind: str) -> None:
+    """6.1's die() header for a trap other than a page fault ("divide error: 0000 [#1]"), and
+    UBSAN's reports (a kernel built with UBSAN), went unnoticed: the boot went on (here, for
+    ever but for the hang guard)."""
+    m = fake_boot(READY + [["kmsg", ln] for ln in lines] + [["beat-forever"]], timeout=HANG_GUARD)
+    r = m.finish()
+    assert r.failure is not None and r.failure.kind == "kernel"
+    assert r.failure.message == f"the guest kernel reported {kind}: {lines[0]}"
+    assert r.failure.lines == lines
+
+
+def test_qemu_that_never_greets_is_ended(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    """A QEMU stuck before its monitor runs (a backend that blocks in its open): start()
+    waited for QMP's greeting for ever, under the launch lock, with no clock running."""
+    pid = tmp_path / "pid"
+    t, out = _in_thread(lambda: fake_boot([["pidfile", str(pid)], ["no-qmp"], ["hang"]], silence=1))
+    if t.is_alive():
+        _kill_pidfile(pid)
+        t.join()
+    assert not t.is_alive() and isinstance(out.get("error"), BootError), out
+    assert "no sign of life for 1s" in str(out["error"]) and out["error"].exit_code == 124
+
+
+def test_qemu_that_never_answers_query_status_is_ended(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    pid = tmp_path / "pid"
+    t, out = _in_thread(lambda: fake_boot([["pidfile", str(pid)], ["mute-qmp-on", "query-status"],
+                                           ["hang"]], timeout=1))
+    if t.is_alive():
+        _kill_pidfile(pid)
+        t.join()
+    assert not t.is_alive() and isinstance(out.get("error"), BootError), out
+    assert "deadline of 1s" in str(out["error"]) and out["error"].exit_code == 124
+
+
+def test_qemu_gone_before_its_first_answer(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    """QEMU that closed QMP and exited right after the handshake: start() raised qemu.qmp's
+    own error, left QEMU unreaped, and __exit__ then waited for ever for watchers that never
+    started."""
+    pid = tmp_path / "pid"
+    t, out = _in_thread(lambda: fake_boot([["pidfile", str(pid)], ["drop-qmp-on", "query-status"],
+                                           ["stderr", "qemu: -device hv-disk: died"], ["exit", 1]]))
+    assert not t.is_alive() and isinstance(out.get("error"), BootError), out
+    assert "died" in str(out["error"]) and out["error"].exit_code == 125
+    with pytest.raises(ChildProcessError):
+        os.waitpid(int(pid.read_text()), os.WNOHANG)   # reaped
+
+
+def test_qmp_lost_as_qemu_exits_is_boot_failed(fake_boot: FakeBoot) -> None:
+    """QEMU closes its monitor a while before its process ends: a command sent then raised
+    qemu.qmp's error instead of BootFailed."""
+    m = fake_boot([["drop-qmp-on", "device_add"]] + READY +
+                  [["wait-qmp", "device_add"], ["sleep", 1], ["stderr", "qemu: gone"], ["exit", 1]])
+    with pytest.raises(BootFailed, match="QMP device_add: QEMU exited"):
+        m.qmp("device_add", driver="hv-disk", id="d1")
+    assert m.finish().failure is not None
+
+
+def test_an_on_output_that_raises_stops_nothing(fake_boot: FakeBoot) -> None:
+    """An exception in on_output (a closed stdout: ./hvstor boot ... | head -1) killed the
+    console reader: the status was never read, and a guest with a heartbeat ran for ever."""
+    seen: List[str] = []
+
+    def out(line: str) -> None:
+        seen.append(line)
+        raise BrokenPipeError(32, "Broken pipe")
+    m = fake_boot(READY + [["console", "one"], ["console", "two"], ["console", "HVSTOR-EXIT-STATUS=0"],
+                           ["exit", 0]], on_output=out)
+    r = m.finish()
+    assert r.failure is None and r.status == 0 and r.output == ["one", "two"]
+    assert seen == ["one"] and any("Broken pipe" in w for w in r.warnings)
+
+
+def test_a_slow_on_output_stops_no_clock(fake_boot: FakeBoot) -> None:
+    """on_output ran under the machine's lock: while it blocked (stdout a full pipe), the
+    monitor could not end the boot, and the deadline passed unenforced."""
+    go = threading.Event()
+    m = fake_boot(READY + [["console", "blocks"], ["kmsg", "a message"], ["beat-forever"]],
+                  on_output=lambda line: go.wait(2 * HANG_GUARD), timeout=1)
+    t, _ = _in_thread(lambda: _until_exited(m))
+    ended = m.vm.exitcode() is not None
+    go.set()
+    r = m.finish()
+    assert not t.is_alive() and ended
+    assert r.failure is not None and r.failure.kind == "deadline"
+
+
+@pytest.mark.parametrize("clock", ["silence", "timeout"])
+def test_status_then_no_power_off_keeps_the_status(fake_boot: FakeBoot, tmp_path: Any, clock: str) -> None:
+    """A guest that printed its status and then hangs in its power-off: the silence watchdog
+    or the deadline ends it, as the power-off grace would, and the command's status stands
+    (before: a 'silence' or 'deadline' failure, exit status 124). The clock is set only once
+    the status is in: no clock here races the guest."""
+    m = fake_boot(READY + [["console", "done"], ["console", "HVSTOR-EXIT-STATUS=0"], ["hang"]])
+    m.wait_console("HVSTOR-EXIT-STATUS")
+    setattr(m.guest, clock, 0.5)
+    r = m.finish()
+    assert r.failure is None and r.status == 0 and r.output == ["done"]
+    assert any("did not power off" in w for w in r.warnings), r.warnings
+
+
+def _tar_member_end(names: List[str]) -> int:
+    return 512 * (2 * len(names))   # a header and one block of data each
+
+
+def test_results_cut_short_are_not_whole(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    """A results archive cut off between members (its end-of-archive blocks missing) was
+    taken as whole: tarfile reads a truncated archive without a word."""
+    files = {".exit-status": "0\n", "fio.json": "{}"}
+    m = fake_boot(READY + [["results", files, _tar_member_end([".exit-status"])],
+                           ["console", "HVSTOR-EXIT-STATUS=0"], ["exit", 0]],
+                  results_dir=str(tmp_path / "res"), results=True)
+    r = m.finish()
+    assert r.failure is not None and r.failure.kind == "results", r.describe()
+
+
+def test_results_judged_by_the_archive_not_by_the_folder(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    """An .exit-status already in the results folder (a reused folder) stood in for the one
+    the archive lacked."""
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / ".exit-status").write_text("0\n")
+    m = fake_boot(READY + [["results", {"fio.json": "{}"}], ["console", "HVSTOR-EXIT-STATUS=0"], ["exit", 0]],
+                  results_dir=str(res), results=True)
+    r = m.finish()
+    assert r.failure is not None and r.failure.kind == "results"
+
+
+def test_results_folder_that_is_a_file(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    """finish() raised FileExistsError after the whole boot, and left the boot's files."""
+    res = tmp_path / "res"
+    res.write_text("a file")
+    m = fake_boot(READY + [["results", {".exit-status": "0\n"}], ["console", "HVSTOR-EXIT-STATUS=0"], ["exit", 0]],
+                  results_dir=str(res), results=True)
+    r = m.finish()
+    assert r.failure is not None and r.failure.kind == "results"
+    assert not [p for p in os.listdir(m.workdir) if p.startswith(".boot-")]
+
+
+def test_qemu_output_that_is_not_utf8(fake_boot: FakeBoot) -> None:
+    """qemu.machine decodes QEMU's output strictly: one byte that is not UTF-8 lost all of it."""
+    m = fake_boot(READY + [["stderr-raw", "qemu: hv-disk: name '\xff\xfe' not found\n"], ["exit", 1]])
+    r = m.finish()
+    assert "hv-disk: name" in r.qemu_output and "hv-disk: name" in r.describe()
+    assert not [w for w in r.warnings if "UnicodeDecodeError" in w]
+
+
+def test_huge_console_line(fake_boot: FakeBoot) -> None:
+    """A guest that prints 8 MiB without a newline: the host keeps lines of a bounded length
+    (before, the whole line was joined and split again for every 64 KiB read) and still
+    reads the status after it."""
+    seen: List[str] = []
+    m = fake_boot(READY + [["console-raw", "x" * 4096, 2048], ["console", "HVSTOR-EXIT-STATUS=0"], ["exit", 0]],
+                  on_output=seen.append)
+    r = m.finish()
+    assert r.failure is None and r.status == 0
+    assert sum(len(ln) for ln in r.output) == 8 << 20 and max(len(ln) for ln in r.output) <= MAX_LINE
+    assert seen == r.output
+
+
+def test_guest_escape_sequences_never_reach_the_output(fake_boot: FakeBoot) -> None:
+    seen: List[str] = []
+    m = fake_boot(READY + [["console-raw", "\x1b]52;c;aGVsbG8=\x07hello\x1b[>0c\r\n"],
+                           ["kmsg", "WARNING: CPU: 0 PID: 1 at a.c:1 f \\x1b]0;pwned\\x07"],
+                           ["beat-forever"]], on_output=seen.append)
+    r = m.finish()
+    assert seen == ["hello"]
+    assert r.failure is not None and "\x1b" not in r.describe() and "\x07" not in r.describe()
+
+
+def test_logs_that_cannot_be_kept_cost_no_result(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A boot in a temporary folder (./hvstor boot) copies its logs to the cache's last-boot/:
+    when that failed (another boot replacing last-boot/ at the same moment, a cache that is
+    not writable), finish() raised after the whole boot, lost its result and left the boot's
+    temporary folder."""
+    qemu_python_or_skip()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "last-boot").write_text("in the way")
+    monkeypatch.setattr(machinemod, "cache_dir", lambda: str(cache))
+    monkeypatch.setenv("QEMU", FAKE_QEMU)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(READY + [["console", "out"], ["console", "HVSTOR-EXIT-STATUS=3"], ["exit", 0]]))
+    monkeypatch.setenv("HVSTOR_FAKE_QEMU_SCRIPT", str(script))
+    kernel = tmp_path / "bzImage"
+    kernel.write_bytes(b"")
+    with Machine(Guest(kernel=str(kernel), controllers=[], cmd="true"),
+                 assets=Assets(str(kernel), str(kernel), "6.12-fake")) as m:
+        r = m.finish()
+    assert r.status == 3 and r.failure is None
+    assert any("last-boot" in w for w in r.warnings), r.warnings
+    assert not os.path.exists(m.workdir)
+
+
+def test_finish_of_a_machine_never_started(tmp_path: Any) -> None:
+    """finish() waited for ever for watchers that a machine never started has not."""
+    m = Machine(Guest(kernel=str(tmp_path), controllers=[], cmd="true"), str(tmp_path))
+    t, out = _in_thread(m.finish)
+    assert not t.is_alive() and isinstance(out.get("error"), BootError), out
