@@ -118,8 +118,9 @@ def meson_test(args: List[str], qemu: Optional[str]) -> int:
     return subprocess.run(cmd, env=env, check=False).returncode
 
 
-def keep_logs() -> List[Dict[str, str]]:
-    """Each test's output from meson's log into LOGS/NAME.log; the failed tests."""
+def keep_logs() -> Optional[List[Dict[str, str]]]:
+    """Each test's output from meson's log into LOGS/NAME.log; the failed tests (None:
+    meson ran no test)."""
     shutil.rmtree(LOGS, ignore_errors=True)
     os.makedirs(LOGS)
     failed = []
@@ -127,8 +128,7 @@ def keep_logs() -> List[Dict[str, str]]:
         with open(TESTLOG, encoding="utf-8") as f:
             entries = [json.loads(line) for line in f if line.strip()]
     except OSError:
-        log("meson test ran no test")
-        return []
+        return None
     for e in entries:
         name = re.sub(r"[^A-Za-z0-9_.-]+", "-", e["name"]).strip("-")
         out = os.path.join(LOGS, name + ".log")
@@ -175,6 +175,9 @@ def main(argv: List[str]) -> int:
     qemu = prepare_qemu() if needs_qemu else None
     rc = meson_test([a for s in ns.suite for a in ("--suite", s)] + extra, qemu)
     failed = keep_logs()
+    if failed is None:
+        log("meson test ran no test (a --suite or test name that matches none?)")
+        return rc or 2
     digest(failed)
     log(f"./hvstor test {'passed' if rc == 0 else 'failed'} in {time.monotonic() - started:.0f}s "
         f"(each test's output: {LOGS})")

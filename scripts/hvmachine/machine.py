@@ -632,8 +632,6 @@ class Machine:
         if self._console.status is not None:
             return None
         rc = self._vm.exitcode()
-        if any("Kernel panic" in ln for ln in self._console.lines):
-            return Failure("kernel", f"the guest kernel panicked (QEMU exit status {rc})")
         when = "while the guest command ran, without its exit status" if self._console.ready \
             else "before the guest was ready"
         return Failure("qemu-exit", f"QEMU exited (status {rc}) {when}")

@@ -57,3 +57,13 @@ def test_a_previous_runs_failures_are_not_reported_again(tmp_path: Any, monkeypa
     assert rc == 1
     assert "hotplug" not in out and "an old failure" not in out
     assert not (tmp_path / "cache" / "test-logs" / "hv-storvsc-boot-hotplug.log").exists()
+
+
+def test_a_run_of_no_test_is_no_pass(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """meson test with a --suite that matches nothing exits 0 having run nothing: ./hvstor
+    test must not call that a pass."""
+    run_all = _run_all(tmp_path, monkeypatch)
+    fake = tmp_path / "bin" / "meson"
+    fake.write_text(FAKE.format(python=sys.executable).replace(
+        'print("ERROR: *:nosuch test name does not match any test")\n    sys.exit(1)', "sys.exit(0)"))
+    assert run_all.main(["--suite", "python"]) == 2
