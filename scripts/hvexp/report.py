@@ -10,18 +10,17 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Required, TypedDict
 
-from . import attrib, expect, spec as specmod, verdicts
+from . import attrib, expect, plots as plotting, spec as specmod, verdicts
 from .results import METRICS, Figures, ResultError, load_run_dir, mean, median, sd
 
 Log = Callable[[str], object]
 # storvsc's own messages: those it logs against its device, and its host's.
-_DRIVER_LINE = re.compile(r"hv_storvsc [0-9a-f]{8}-|scsi host[0-9]+: storvsc")
+_DRIVER_LINE = re.compile(r"hv_storvsc [0-9a-f]{8}-")
 Outcome = expect.Outcome | verdicts.VerdictOutcome
 
 
@@ -588,23 +587,17 @@ class Report:
 
     # --- plots -----------------------------------------------------------------------
     def plots(self, log: Log = print) -> list[str]:
+        """The PNG plots (plots.py) in plots/, their scripts and data in plots/data/."""
         pdir = os.path.join(self.dir, "plots")
         shutil.rmtree(pdir, ignore_errors=True)
         os.makedirs(os.path.join(pdir, "data"))
         if not shutil.which("gnuplot"):
             log("gnuplot is missing: no plots (apt-get install gnuplot-nox)")
             return []
-        made: list[str] = []
-        for d in sorted({d for a in self.attribution.values() for d in a.dirs}):
-            png = _attribution_plot(self, pdir, d)
-            if png:
-                made.append(png)
-        for job, d in self.figures.keys:
-            for kind in ("iops", "clat"):
-                png = _plot(self, pdir, job, d, kind)
-                if png:
-                    made.append(png)
-        return made
+        try:
+            return plotting.make(self, pdir)
+        except plotting.PlotError as e:
+            raise ReportError(str(e)) from None
 
     def write(self, log: Log = print) -> str:
         try:
@@ -623,112 +616,6 @@ class Report:
         return text
 
 
-def _gq(text: object) -> str:
-    """A gnuplot single-quoted string."""
-    return "'" + str(text).replace("'", "''") + "'"
-
-
 def _nan_none(x: float) -> float | None:
     return None if x != x else x
 
-
-_DIRNUM = {"read": 0, "write": 1, "trim": 2}
-
-
-def series(d: str, variant: str, job: str, direction: str, kind: str, avg_ms: float, scale: float) -> list[tuple[float, float]]:
-    """(seconds, value) points: per log-avg-msec bin, IOPS summed over a job's clones and
-    averaged over repetitions, or completion latency (ms) averaged over all entries."""
-    ftype = "iops" if kind == "iops" else "clat"
-    files = sorted(glob.glob(os.path.join(glob.escape(d), "runs", glob.escape(variant), "rep*", "results", "logs",
-                                          f"{glob.escape(job)}_{ftype}.*.log")))
-    want = _DIRNUM[direction]
-    rep_sums: dict[tuple[str, int], float] = {}        # iops: (repetition, bin) -> IOPS summed over clones
-    sums: dict[int, float] = {}                        # clat: bin -> sum of latencies
-    n: dict[int, int] = {}
-    reps: set[str] = set()
-    for path in files:
-        rep = os.path.relpath(path, d).split(os.sep)[2]       # runs/<variant>/rep<N>/...
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for ln in f:
-                parts = [x.strip() for x in ln.split(",")]
-                if len(parts) < 3 or not parts[2].isdigit() or int(parts[2]) != want:
-                    continue
-                try:
-                    t, val = float(parts[0]), float(parts[1])
-                except ValueError:
-                    continue
-                b = int((t + avg_ms / 2) // avg_ms)
-                if kind == "iops":
-                    reps.add(rep)
-                    rep_sums[(rep, b)] = rep_sums.get((rep, b), 0.0) + val
-                else:
-                    sums[b] = sums.get(b, 0.0) + val
-                    n[b] = n.get(b, 0) + 1
-    pts: list[tuple[float, float]] = []
-    if kind == "iops":
-        bins = sorted({b for _, b in rep_sums})
-        for b in bins:
-            vals = [rep_sums[(r, b)] for r in reps if (r, b) in rep_sums]
-            pts.append((b * avg_ms / 1000 / scale, sum(vals) / len(vals) * scale))
-    else:
-        for b in sorted(sums):
-            pts.append((b * avg_ms / 1000 / scale, sums[b] / n[b] / scale / 1e6))
-    return pts
-
-
-def _attribution_plot(rep: Report, pdir: str, d: str) -> str | None:
-    """Stacked bars: one per variant, the parts of a request's latency in one direction."""
-    parts = ("tag", "sched", "scsi", "host", "transport", "device", "complete", "wake")
-    rows = [(v, rep.attribution[v].dirs[d]) for v in rep.variants if v in rep.attribution and d in rep.attribution[v].dirs]
-    if not rows:
-        return None
-    dat = os.path.join(pdir, "data", f"attribution-{d}.dat")
-    with open(dat, "w", encoding="utf-8") as f:
-        f.write("# variant " + " ".join(parts) + "\n")
-        for v, p in rows:
-            f.write(v + " " + " ".join(f"{p.get(k, 0.0):g}" for k in parts) + "\n")
-    png = os.path.join(pdir, f"attribution-{d}.png")
-    cols = ", ".join(f"{_gq(dat)} using {i + 2}{':xtic(1)' if i == 0 else ''} title {_gq(attrib.PART_NAMES[k])}"
-                     for i, k in enumerate(parts))
-    script = "\n".join([
-        "set terminal pngcairo size 1000,560 noenhanced", f"set output {_gq(png)}",
-        f"set title {_gq(rep.plan['name'] + ': where a ' + d + ' request' + chr(39) + 's latency goes (mean per request)')}",
-        "set ylabel \"ms\"", "set style data histograms", "set style histogram rowstacked",
-        "set style fill solid 0.8 border -1", "set boxwidth 0.6", "set key outside right", "set grid ytics",
-        "set yrange [0:*]", f"plot {cols}", ""])
-    return _gnuplot(script, png)
-
-
-def _gnuplot(script: str, png: str) -> str:
-    """Runs a gnuplot script that writes png (with the plain png terminal when gnuplot has
-    no cairo)."""
-    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
-    if r.returncode != 0 and "pngcairo" in r.stderr:
-        r = subprocess.run(["gnuplot"], input=script.replace("pngcairo", "png"), text=True, capture_output=True)
-    if r.returncode != 0:
-        raise ReportError(f"gnuplot failed: {r.stderr.strip()[:400]}")
-    return png
-
-
-def _plot(rep: Report, pdir: str, job: str, direction: str, kind: str) -> str | None:
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", job)
-    cmds = []
-    for v in rep.variants:
-        pts = series(rep.dir, v, job, direction, kind, rep.plan["log_avg"], rep.scale_of(v))
-        if not pts:
-            continue
-        dat = os.path.join(pdir, "data", f"{safe}-{direction}-{kind}-{v}.dat")
-        with open(dat, "w", encoding="utf-8") as f:
-            f.writelines(f"{t:g} {y:g}\n" for t, y in pts)
-        cmds.append(f"{_gq(dat)} using 1:2 with linespoints lw 2 pt 7 ps 0.5 title {_gq(v)}")
-    if not cmds:
-        return None
-    png = os.path.join(pdir, f"{safe}-{direction}-{kind}.png")
-    what, ylabel = ("IOPS", "IOPS") if kind == "iops" else ("completion latency", "mean completion latency (ms)")
-    script = "\n".join([
-        "set terminal pngcairo size 1000,520 noenhanced",
-        f"set output {_gq(png)}",
-        f"set title {_gq(rep.plan['name'] + ': ' + job + ' (' + direction + '), ' + what + ' over time (mean of repetitions)')}",
-        "set xlabel \"time (s)\"", f"set ylabel \"{ylabel}\"", "set yrange [0:*]", "set grid", "set key below",
-        "plot " + ", ".join(cmds), ""])
-    return _gnuplot(script, png)

@@ -100,7 +100,8 @@ SPEC = two_disks(spec_text(
                 "expect = log !~ Medium Error\nexpect = spare.present = yes",
     shared_extra="expect = guest.io_errors = 0\nexpect = coverage.storvsc_host_reset_handler = ran"), "plug = timeline")
 IO_ERROR = "[    4.2] I/O error, dev sda, sector 8 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0"
-STORVSC = "[    1.0] scsi host0: storvsc_host_t"
+STORVSC = "[    1.0] hv_storvsc f8b3781b-1e82-4818-a1c3-63d806ec1500: tag#65 cmd 0x28 status: scsi 0x2 srb 0x84 hv 0x0"
+BANNER = "[    0.9] scsi host0: storvsc_host_t"
 COV = {"storvsc_probe": 1, "storvsc_queuecommand": 9, "storvsc_host_reset_handler": 0, "storvsc_remove": 0,
        "storvsc_exit": -1}
 EVENTS = [{"at": 2.0, "action": "fault", "target": "disk0", "value": "error=medium", "done_at": 2.004, "result": "ok"},
@@ -126,7 +127,7 @@ def folder(results_dir: MakeResults) -> str:
             rd = Path(d, "runs", v, f"rep{rep}")
             (rd / "results" / "verdicts").write_text(
                 f"fio.exit=0\nlun.0.present=yes\nlun.0.iotmo=0x0\nlun.0.ioerr=0x{rep}\nlun.1.present=yes\n")
-            (rd / "dmesg.txt").write_text(STORVSC + "\n" + (IO_ERROR + "\n" if (v, rep) == ("shared", 2) else ""))
+            (rd / "dmesg.txt").write_text(BANNER + "\n" + STORVSC + "\n" + (IO_ERROR + "\n" if (v, rep) == ("shared", 2) else ""))
             (rd / "coverage.json").write_text(json.dumps(dict(COV, storvsc_host_reset_handler=int(v == "shared"))))
             if v == "stock":
                 (rd / "timeline.json").write_text(json.dumps(EVENTS))
