@@ -86,6 +86,7 @@ class Guest:
     quiet: bool = False                  # "quiet" on the kernel command line
     tolerate: List[str] = field(default_factory=list)  # kernel reports that may happen
     coverage: Optional[str] = None       # a module whose functions' hits to count (coverage.py)
+    resume_lun: Optional[int] = None     # resume from the hibernation image on the disk at this LUN
     files: Dict[str, bytes] = field(default_factory=dict)  # more files for /hvstor in the guest
 
     # --- checks -----------------------------------------------------------------------
@@ -116,6 +117,8 @@ class Guest:
         for name in self.files:
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "cmd":
                 raise GuestError(f"files: '{name}' is not a name for a file in /hvstor")
+        if self.resume_lun is not None and not 0 <= self.resume_lun <= MAX_LUN:
+            raise GuestError(f"resume_lun wants 0..{MAX_LUN}, got {self.resume_lun}")
         if self.timeout is not None and not self.timeout > 0:
             raise GuestError(f"timeout wants a positive number of seconds, got {self.timeout}")
         if not self.silence > 0:
@@ -228,6 +231,8 @@ class Guest:
             words.append("hvstor.modules=" + ",".join(self.load_modules))
         if self.coverage:
             words.append(f"hvstor.cov={self.coverage}")
+        if self.resume_lun is not None:
+            words.append(f"hvstor.resume={self.resume_lun}")
         return " ".join(words + self.append)
 
 

@@ -88,16 +88,19 @@ class BootResult:
     console_log: str               # paths of the logs
     kernel_log_path: str
     warnings: List[str] = field(default_factory=list)
+    hibernated: bool = False       # the guest powered off having written a hibernation image
 
     @property
     def exit_code(self) -> int:
         if self.failure is not None:
             return self.failure.exit_code
+        if self.status is None and self.hibernated:
+            return 0
         return self.status if self.status is not None else 125
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and self.status == 0
+        return self.failure is None and (self.status == 0 or (self.status is None and self.hibernated))
 
     def notes(self) -> List[str]:
         """What a person should hear of a boot that did not fail: kernel reports that did
@@ -108,7 +111,9 @@ class BootResult:
         """What went wrong, for a person: the reason, QEMU's output, the kernel's report,
         the console's end and where the whole logs are."""
         if self.failure is None:
-            return "\n".join([f"the guest command exited with status {self.status}"] + self.notes())
+            done = ("the guest hibernated: its image is on its swap disk (Guest.resume_lun resumes it)"
+                    if self.status is None and self.hibernated else f"the guest command exited with status {self.status}")
+            return "\n".join([done] + self.notes())
         out = [f"error: {self.failure.message}"]
         if self.qemu_output.strip():
             out += ["--- QEMU output ---"] + [clean(ln) for ln in self.qemu_output.rstrip().splitlines()[-20:]]
@@ -629,12 +634,20 @@ class Machine:
         if report is not None:
             return Failure("kernel", f"the guest kernel reported {_a(report.kind)}: {report.lines[0]}",
                            report.lines)
-        if self._console.status is not None:
+        if self._console.status is not None or self._hibernated():
             return None
         rc = self._vm.exitcode()
         when = "while the guest command ran, without its exit status" if self._console.ready \
             else "before the guest was ready"
         return Failure("qemu-exit", f"QEMU exited (status {rc}) {when}")
+
+    def _hibernated(self) -> bool:
+        """Whether the guest powered off having written its hibernation image: the kernel
+        entered hibernation and did not come back out of it."""
+        texts = [r.text for r in self._kmsg.records]
+        entry = max((i for i, t in enumerate(texts) if "PM: hibernation: hibernation entry" in t), default=-1)
+        return entry >= 0 and not any("PM: hibernation: hibernation exit" in t for t in texts[entry:]) \
+            and self._vm.exitcode() == 0
 
     def _unpack_results(self) -> Optional[Failure]:
         assert self.results_dir is not None
@@ -661,7 +674,8 @@ class Machine:
             kernel_log=self._kmsg.text(), noted=list(self._kmsg.noted), coverage=self._coverage(),
             qemu_output=self._vm.get_log() or "", qemu_exitcode=self._vm.exitcode(), ready_after=ready,
             elapsed=time.monotonic() - self._started, console_log=self.console_log,
-            kernel_log_path=self.kernel_log, warnings=list(self._warnings))
+            kernel_log_path=self.kernel_log, warnings=list(self._warnings),
+            hibernated=self._console.status is None and self._hibernated())
 
     def _coverage(self) -> Optional[Dict[str, int]]:
         """Hits per function of the module (0: it did not run; -1: the kernel would not
