@@ -6,7 +6,8 @@ busybox scripts (guest-scripts/), the thin ./hvstor dispatcher and CI's entry po
 build and setup steps that are lists of commands (ALLOWED). Every other file that is a shell
 script (by name or by its #! line) is an error, and so is `python3 -c` inside any shell
 file. Every boot test file (tests/functional/test_*.py) must be listed in
-tests/functional/meson.build, so that none is left out of `meson test`.
+tests/functional/meson.build, so that none is left out of `meson test`, and every test listed
+there must be a file git tracks (a clean clone would not have it).
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ ALLOWED = {
 _SHEBANG = re.compile(rb"^#!\s*\S*(/|env\s+)(ba|da|busybox\s+)?sh\b")
 
 
-def tracked_files() -> List[str]:
-    r = subprocess.run(["git", "-C", ROOT, "ls-files", "--cached", "--others", "--exclude-standard"],
+def tracked_files(committed_only: bool = False) -> List[str]:
+    """The project's files: what git tracks (and, unless committed_only, new files it
+    does not ignore)."""
+    more = [] if committed_only else ["--others", "--exclude-standard"]
+    r = subprocess.run(["git", "-C", ROOT, "ls-files", "--cached", *more],
                        stdout=subprocess.PIPE, text=True, check=False)
     if r.returncode != 0:       # not a git checkout: walk the tree
         out = []
@@ -59,10 +63,15 @@ def problems() -> List[str]:
                     out.append(f"{rel}:{n}: python3 -c in a shell file (write a Python module)")
     with open(os.path.join(ROOT, "tests", "functional", "meson.build"), encoding="utf-8") as f:
         listed = set(re.findall(r"^\s*'([a-z0-9_]+)':", f.read(), re.M))
+    files = set(tracked_files(committed_only=True))
     for name in sorted(os.listdir(os.path.join(ROOT, "tests", "functional"))):
         m = re.fullmatch(r"test_(.+)\.py", name)
         if m and m.group(1) not in listed:
             out.append(f"tests/functional/{name}: not listed in tests/functional/meson.build")
+    for name in sorted(listed):
+        if f"tests/functional/test_{name}.py" not in files:
+            out.append(f"tests/functional/meson.build lists '{name}', but tests/functional/test_{name}.py "
+                       "is not in the tree (or not tracked by git)")
     return out
 
 
