@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """./hvstor test: builds what the tests need, then runs every test through `meson test`.
 
-    ./hvstor test [--suite NAME]... [--list] [-- MESON TEST ARGS]
+    ./hvstor test [--suite NAME]... [--list] [--shard K/N] [-- MESON TEST ARGS]
 
 Builds the main build folder (.cache/build-asan: the project with ASan/UBSan, where
 `meson test --list` names every test), the ThreadSanitizer build (.cache/build-tsan, whose
@@ -10,6 +10,11 @@ unit tests the tsan suite runs) and QEMU with the device (the boot suite's), the
 Prints meson's progress and summary, then for each failed test what failed and the end of
 its log. Each test's whole output is kept in .cache/test-logs/NAME.log. The exit status is
 meson's: 0 when every test passed or was skipped (a skip is never counted as a pass).
+
+--shard K/N runs slice K of N of the tests (of --suite's, with --suite): the names of
+`meson test --list` in a stable order (by suite, then name) dealt to the N slices in turn,
+so that each suite, the long boot tests among them, is split evenly; the slice's JUnit file
+is kept as .cache/test-logs/junit-shard-K-of-N.xml.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.environ.get("HVSTOR_CACHE") or os.path.join(ROOT, ".cache")
@@ -31,6 +36,7 @@ MAIN = os.path.join(CACHE, "build-asan")
 TSAN = os.path.join(CACHE, "build-tsan")
 LOGS = os.path.join(CACHE, "test-logs")
 TESTLOG = os.path.join(MAIN, "meson-logs", "testlog.json")
+JUNIT = os.path.join(MAIN, "meson-logs", "testlog.junit.xml")
 BUILDS: Dict[str, List[str]] = {
     MAIN: ["-Db_sanitize=address,undefined", "-Db_lundef=false"],
     # GCC warns that TSan does not model atomic_thread_fence (the ring protocol uses fences
@@ -110,10 +116,11 @@ def meson_test(args: List[str], qemu: Optional[str]) -> int:
     cmd = ["meson", "test", "-C", MAIN, "--num-processes", str(os.cpu_count() or 1), *args]
     # A meson test that runs nothing (no test of that name or suite) writes no testlog.json:
     # the last run's must not pass for this one's.
-    try:
-        os.unlink(TESTLOG)
-    except FileNotFoundError:
-        pass
+    for old in (TESTLOG, JUNIT):
+        try:
+            os.unlink(old)
+        except FileNotFoundError:
+            pass
     log("running: " + " ".join(cmd[1:]))
     return subprocess.run(cmd, env=env, check=False).returncode
 
@@ -154,6 +161,79 @@ def digest(failed: List[Dict[str, str]]) -> None:
         print("\nfailed: " + ", ".join(f["name"] for f in failed))
 
 
+# --- shards: a slice of the tests for each of N CI runners -------------------------------
+def parse_shard(text: str) -> Tuple[int, int]:
+    """'K/N' -> (K, N), 1 <= K <= N."""
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise argparse.ArgumentTypeError(f"wants K/N with 1 <= K <= N (slice K of N), got '{text}'")
+    return int(m.group(1)), int(m.group(2))
+
+
+def list_tests(suites: List[str]) -> List[str]:
+    """meson test --list of the main build (of these suites): a line per test,
+    'project:suite / name'."""
+    r = subprocess.run(["meson", "test", "-C", MAIN, "--list", *[a for s in suites for a in ("--suite", s)]],
+                       stdout=subprocess.PIPE, text=True, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"[hvstor] error: meson test --list failed (exit {r.returncode})")
+    return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
+
+
+def test_name(line: str) -> str:
+    """A test's name in a line of meson test --list."""
+    return line.split(" / ", 1)[1] if " / " in line else line
+
+
+def shard_tests(lines: List[str], k: int, n: int) -> List[str]:
+    """Slice k of n of the tests listed: their names sorted by suite, then name, dealt to the
+    n slices in turn, so that each suite is split evenly (a name in two suites counts once)."""
+    names = list(dict.fromkeys(test_name(ln) for ln in sorted(lines)))
+    return [name for i, name in enumerate(names) if i % n == k - 1]
+
+
+def name_pattern(name: str) -> str:
+    """meson test's argument that selects the test NAME alone: meson matches names with
+    fnmatch, and splits project:name at the first colon."""
+    return "*:" + re.sub(r"([*?\[\]])", r"[\1]", name)
+
+
+def _shard_plan(shard: Tuple[int, int], suites: List[str]) -> Tuple[List[str], bool]:
+    """The slice's tests, and whether it has boot tests (which need QEMU)."""
+    lines = list_tests(suites)
+    names = shard_tests(lines, *shard)
+    if not names:
+        raise SystemExit(f"[hvstor] error: --shard {shard[0]}/{shard[1]}: only {len(set(map(test_name, lines)))} "
+                         "test(s) to share: this slice has none (use fewer slices)")
+    boot = {test_name(ln) for ln in lines if "boot" in ln.split(" / ", 1)[0].split(":")[-1].split("+")}
+    log(f"slice {shard[0]} of {shard[1]}: {len(names)} of {len(set(map(test_name, lines)))} tests: {', '.join(names)}")
+    return names, any(n in boot for n in names)
+
+
+def keep_junit(shard: Tuple[int, int]) -> None:
+    """Meson's JUnit file of this slice, kept as test-logs/junit-shard-K-of-N.xml."""
+    dst = os.path.join(LOGS, f"junit-shard-{shard[0]}-of-{shard[1]}.xml")
+    try:
+        shutil.copyfile(JUNIT, dst)
+        log(f"JUnit of slice {shard[0]} of {shard[1]}: {dst}")
+    except OSError as e:
+        log(f"no JUnit file for slice {shard[0]} of {shard[1]} ({JUNIT}: {e.strerror})")
+
+
+def _list(ns: argparse.Namespace) -> int:
+    """--list: every test (of the suites; with --shard, the slice's)."""
+    if not os.path.isfile(os.path.join(MAIN, "build.ninja")):
+        run_logged("configuring build-asan", os.path.join(CACHE, "build-asan-setup.log"),
+                   ["meson", "setup", MAIN, ROOT, *BUILDS[MAIN]])
+    if ns.shard:
+        lines = list_tests(ns.suite)
+        names = set(shard_tests(lines, *ns.shard))
+        print("\n".join(ln for ln in lines if test_name(ln) in names))
+        return 0
+    suites = [a for s in ns.suite for a in ("--suite", s)]
+    return subprocess.run(["meson", "test", "-C", MAIN, "--list", *suites], check=False).returncode
+
+
 def main(argv: List[str]) -> int:
     extra: List[str] = []
     if "--" in argv:
@@ -162,22 +242,27 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--suite", action="append", default=[], help="only this meson suite (repeatable): "
                     "unit, tsan, lint, python, fuzz, boot")
     ap.add_argument("--list", action="store_true", help="list the tests (meson test --list) and exit")
+    ap.add_argument("--shard", type=parse_shard, metavar="K/N",
+                    help="run slice K of N of the tests (for N CI runners); its JUnit file is kept as "
+                         ".cache/test-logs/junit-shard-K-of-N.xml")
     ns = ap.parse_args(argv)
     started = time.monotonic()
     os.makedirs(CACHE, exist_ok=True)
     needs_qemu = not ns.suite or "boot" in ns.suite
     if ns.list:
-        if not os.path.isfile(os.path.join(MAIN, "build.ninja")):
-            run_logged("configuring build-asan", os.path.join(CACHE, "build-asan-setup.log"),
-                       ["meson", "setup", MAIN, ROOT, *BUILDS[MAIN]])
-        return subprocess.run(["meson", "test", "-C", MAIN, "--list"], check=False).returncode
+        return _list(ns)
     prepare_builds()
+    names: List[str] = []
+    if ns.shard:
+        names, needs_qemu = _shard_plan(ns.shard, ns.suite)
     qemu = prepare_qemu() if needs_qemu else None
-    rc = meson_test([a for s in ns.suite for a in ("--suite", s)] + extra, qemu)
+    rc = meson_test([a for s in ns.suite for a in ("--suite", s)] + [name_pattern(n) for n in names] + extra, qemu)
     failed = keep_logs()
     if failed is None:
         log("meson test ran no test (a --suite or test name that matches none?)")
         return rc or 2
+    if ns.shard:
+        keep_junit(ns.shard)
     digest(failed)
     log(f"./hvstor test {'passed' if rc == 0 else 'failed'} in {time.monotonic() - started:.0f}s "
         f"(each test's output: {LOGS})")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Required, TypedDict
 
-from . import attrib, expect, plots as plotting, spec as specmod, verdicts
+from . import attrib, expect, plots as plotting, shards as shardmod, spec as specmod, verdicts
 from .results import METRICS, Figures, ResultError, load_run_dir, mean, median, sd
 
 Log = Callable[[str], object]
@@ -56,6 +56,15 @@ class PlanJson(TypedDict, total=False):
     spec: str
     trace: bool
     all_variants: list[str]
+    # What identifies the plan across shards (runner.plan_identity), and the shard's own.
+    version: str
+    spec_sha256: str
+    options: dict[str, object]
+    fingerprint: str
+    runs: list[shardmod.RunDoc]
+    shard: shardmod.ShardDoc
+    shard_runs: list[shardmod.RunDoc]
+    merged_from: list[dict[str, str]]
 
 
 class RunStatus(TypedDict, total=False):
@@ -171,16 +180,14 @@ class Report:
         self.vinfo_all: list[str] = self.plan.get("all_variants", self.variants)     # the spec's, with --variants
         self.baseline: str = self.plan["baseline"]
         self.figures = Figures(self.plan["scale"])
-        self.runs: list[tuple[str, int, RunStatus | None]] = []          # (variant, rep, status dict or None)
-        for rep in range(1, self.plan["reps"] + 1):
-            for v in self.variants:
-                st = run_status(d, v, rep)
-                self.runs.append((v, rep, st))
-                if st and st.get("status") == "ok":
-                    try:
-                        self.figures.add_run(v, load_run_dir(os.path.join(d, "runs", v, f"rep{rep}")), self.scale_of(v))
-                    except ResultError as e:
-                        st["status"], st["why"] = "failed", str(e)
+        # A shard's folder (./hvstor run --shard K/N) holds some of the plan's runs; the
+        # others are elsewhere, in other shards, and not missing.
+        self.shard: shardmod.ShardDoc | None = self.plan.get("shard")
+        self.elsewhere: list[tuple[str, int]] = []
+        self.runs: list[tuple[str, int, RunStatus | None]] = self._load_runs()  # (variant, rep, status dict or None)
+        # Variants of which this shard has no run: their expectations are not judged here.
+        self.away = set(self.variants) - {v for v, _, _ in self.runs} if self.shard else set()
+        self.not_here: list[tuple[str, str, str]] = []     # (variant, expectation text, where)
         self.w = max([14] + [len(v) for v in self.variants])       # the variant column
         self.facts: dict[str, str] = {}
         for v in self.variants:
@@ -192,6 +199,25 @@ class Report:
                 if vv == v and st and st.get("status") == "ok"] for v in self.variants}
         self.outcomes: list[Outcome] = self._expectations()
         self.attribution: dict[str, Attribution] = self._attribution() if self.plan.get("trace") else {}
+
+    def _load_runs(self) -> list[tuple[str, int, RunStatus | None]]:
+        """The runs of the plan (of a shard's folder: the shard's), with their figures."""
+        here = set(shardmod.run_ids(self.plan.get("shard_runs", []))) if self.shard else None
+        runs: list[tuple[str, int, RunStatus | None]] = []
+        for rep in range(1, self.plan["reps"] + 1):
+            for v in self.variants:
+                if here is not None and (v, rep) not in here:
+                    self.elsewhere.append((v, rep))
+                    continue
+                st = run_status(self.dir, v, rep)
+                runs.append((v, rep, st))
+                if st and st.get("status") == "ok":
+                    try:
+                        self.figures.add_run(v, load_run_dir(os.path.join(self.dir, "runs", v, f"rep{rep}")),
+                                             self.scale_of(v))
+                    except ResultError as e:
+                        st["status"], st["why"] = "failed", str(e)
+        return runs
 
     def scale_of(self, v: str) -> float:
         """What a variant's figures are scaled back by (older folders: one for all)."""
@@ -333,6 +359,9 @@ class Report:
                                               f"experiment does not have (it has: {' '.join(self.vinfo_all)})")
                         self.left_out.append((v, e.text, f"{self.spec_name}:{line}"))
                         continue
+                    if v in self.away or (e.ratio and self.baseline in self.away):
+                        self.not_here.append((v, e.text, f"{self.spec_name}:{line}"))
+                        continue
                     out.append(expect.evaluate(e, v, self.baseline, self.figures,
                                                f"{self.spec_name}:{line}"))
         return out
@@ -344,6 +373,9 @@ class Report:
             if set(self.variants) != set(self.vinfo_all):
                 self.left_out.append(("all variants", vd.text, where))   # judged on the whole suite only
                 return []
+            if self.away:
+                self.not_here.append(("all variants", vd.text, where))
+                return []
             every = [f for v in self.variants for f in self.run_facts[v]]
             return [verdicts.evaluate(vd, "all variants", every, luns, where)]
         targets = [vd.scope] if vd.scope else list(self.variants)
@@ -351,6 +383,9 @@ class Report:
         for v in targets:
             if v not in self.variants:
                 self.left_out.append((v, vd.text, where))
+                continue
+            if v in self.away:
+                self.not_here.append((v, vd.text, where))
                 continue
             out.append(verdicts.evaluate(vd, v, self.run_facts[v], luns, where))
         return out
@@ -377,14 +412,19 @@ class Report:
         return [o for o in self.outcomes if not o.passed]
 
     def ok(self) -> bool:
+        """Every run counted and every expectation holds; of a shard: every run of the
+        shard counted (its expectations are judged once the shards are merged)."""
+        if self.shard:
+            return not self.failed_runs() and not self.missing_runs()
         return not self.failed_runs() and not self.missing_runs() and not self.failed_expectations()
 
     # --- the table -------------------------------------------------------------------
     def text(self) -> str:
         p = self.plan
         L = [f"Experiment {p['name']}: {p['description']}",
-             f"{p['vm']}; {p['reps']} repetition(s) of about {p['fio_seconds']} s of fio; {p['scale_note']}",
-             "variants:"]
+             f"{p['vm']}; {p['reps']} repetition(s) of about {p['fio_seconds']} s of fio; {p['scale_note']}"]
+        L += self.shard_text()
+        L.append("variants:")
         for v in self.variants:
             L.append(f"  {v:<{self.w}} {self.vinfo[v]['summary']}{'  (baseline)' if v == self.baseline else ''}")
         if self.facts:
@@ -433,16 +473,48 @@ class Report:
         L += self.medians_text()
         L += self.attribution_text()
         L += self.timeline_text() + self.coverage_text() + self.kernel_log_text()
-        if self.outcomes or self.left_out:
-            L += ["", "Expectations (figures: medians over repetitions; guest verdicts: in every run):"]
-            L += ["  " + o.line() for o in self.outcomes]
-            L += [f"  SKIP {v}: expect {t} ({w}): not judged: it is about variants this run left out (--variants)" for v, t, w in self.left_out]
+        L += self.expectations_text()
         bad = self.failed_runs()
         if bad or self.missing_runs():
             L += ["", "Runs that did not count:"]
             L += [f"  {v}, repetition {r}: {st.get('why', 'failed')}" for v, r, st in bad]
             L += [f"  {v}, repetition {r}: not run (the experiment stopped before it)" for v, r in self.missing_runs()]
         return "\n".join(L) + "\n"
+
+    def expectations_text(self) -> list[str]:
+        if not (self.outcomes or self.left_out or self.not_here):
+            return []
+        if self.shard:
+            L = ["", f"Expectations on the runs of this shard only (not its verdict: the merged report judges every "
+                     "run of the plan; figures: medians over this shard's repetitions; guest verdicts: in each of its "
+                     "runs):"]
+        else:
+            L = ["", "Expectations (figures: medians over repetitions; guest verdicts: in every run):"]
+        L += ["  " + o.line() for o in self.outcomes]
+        L += [f"  SKIP {v}: expect {t} ({w}): not judged: it is about variants this run left out (--variants)"
+              for v, t, w in self.left_out]
+        L += [f"  SKIP {v}: expect {t} ({w}): not judged in this shard: the runs it needs are in other shards"
+              for v, t, w in self.not_here]
+        return L
+
+    def shard_text(self) -> list[str]:
+        """Of a shard's folder: which shard, and where the plan's other runs are."""
+        if not self.shard:
+            return []
+        k, n = self.shard["index"], self.shard["count"]
+        total = len(self.runs) + len(self.elsewhere)
+        if not self.elsewhere:
+            return [f"Shard {k} of {n}: all {total} runs of the plan are in this folder"]
+        L = [f"Shard {k} of {n}: {len(self.runs)} of the plan's {total} runs are in this folder; the others are "
+             "elsewhere, in other shards (not missing):"]
+        where = shardmod.assignment(self.variants, self.plan["reps"], n)
+        others: dict[int, list[tuple[str, int]]] = {}
+        for run in self.elsewhere:
+            others.setdefault(where.get(run, 0), []).append(run)
+        for s, runs in sorted(others.items()):
+            L.append(f"  {f'shard {s} of {n}' if s else 'another shard'}: {shardmod.describe(runs)}")
+        L.append("  (./hvstor report --merge joins the shards' folders into the report of the whole plan)")
+        return L
 
     # --- timeline, coverage, the guest's log -------------------------------------------
     def timelines(self) -> dict[str, dict[int, list[dict[str, object]]]]:
@@ -543,7 +615,19 @@ class Report:
                               "passed": o.passed, "figure": o.figure, "bound": o.expectation.describe_bound(),
                               "ratio": o.expectation.ratio, "detail": o.detail} for o in self.outcomes],
             "passed": self.ok(),
-        }
+        } | self.shard_summary()
+
+    def shard_summary(self) -> dict[str, object]:
+        """summary.json's "shard" of a shard's folder (nothing otherwise)."""
+        if not self.shard:
+            return {}
+        where = shardmod.assignment(self.variants, self.plan["reps"], self.shard["count"])
+        return {"shard": {
+            "index": self.shard["index"], "count": self.shard["count"],
+            "runs": shardmod.run_docs([(v, r) for v, r, _ in self.runs]),
+            "elsewhere": [{"variant": v, "rep": r, "shard": where.get((v, r))} for v, r in self.elsewhere],
+            "expectations": "judged on this shard's runs only; the verdict is the merged report's",
+            "not_judged_here": [{"variant": v, "expect": t, "where": w} for v, t, w in self.not_here]}}
 
     def junit(self) -> str:
         name = f"hvstor.{self.plan['name']}"
@@ -567,12 +651,21 @@ class Report:
             skipped += 1
             tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{v}: {text}")
             ET.SubElement(tc, "skipped", message=f"{where}: not judged: it is about variants this run left out (--variants)")
+        for v, text, where in self.not_here:
+            tests += 1
+            skipped += 1
+            tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{v}: {text}")
+            ET.SubElement(tc, "skipped", message=f"{where}: not judged in this shard: the runs it needs are in other shards")
         for o in self.outcomes:
             tests += 1
             tc = ET.SubElement(suite, "testcase", classname=f"{name}.expect", name=f"{o.variant}: {o.expectation.text}")
             out = ET.SubElement(tc, "system-out")
             out.text = o.line()
-            if not o.passed:
+            if self.shard:          # judged once the shards are merged
+                skipped += 1
+                ET.SubElement(tc, "skipped", message="judged on the merged results of every shard; on this "
+                              f"shard's runs only: {o.line()}")
+            elif not o.passed:
                 failures += 1
                 f = ET.SubElement(tc, "failure", message=o.line())
                 f.text = o.detail

@@ -25,6 +25,7 @@ from hvmachine.qemu import QemuError, qemu_binary
 
 from . import plan as planmod
 from . import report as reportmod
+from . import shards as shardmod
 from . import timeline as timelinemod
 from .params import param_matches
 from .plan import ROOT
@@ -326,10 +327,14 @@ class _Progress:
     stop: bool = False
 
 
-def execute(plan: planmod.Plan, out: str, qemu: str, jobs: int) -> Optional[str]:
-    """Boots every run, at most `jobs` at a time, repetition-major (A B A B ...). Stops
-    starting runs at the first failure. Returns the first failure's text or None."""
-    order = [(rep, v) for rep in range(1, plan.reps + 1) for v in plan.order]
+def execute(plan: planmod.Plan, out: str, qemu: str, jobs: int,
+            runs: Optional[list[shardmod.RunId]] = None) -> Optional[str]:
+    """Boots every run (or those given: a shard's), at most `jobs` at a time,
+    repetition-major (A B A B ...). Stops starting runs at the first failure. Returns the
+    first failure's text or None."""
+    if runs is None:
+        runs = shardmod.plan_runs(plan.order, plan.reps)
+    order = [(rep, v) for v, rep in runs]
     lock = threading.Lock()
     state = _Progress(len(order), time.monotonic())
 
@@ -416,30 +421,43 @@ def find_qemu() -> str:
 
 def run(args: argparse.Namespace) -> int:
     spec = planmod_spec_load(args.spec)
+    with open(args.spec, "rb") as f:
+        spec_bytes = f.read()        # the text as run: spec.exp and the plan's fingerprint
     only = args.variants.split(",") if args.variants else None
     plan = planmod.Plan(spec, reps=args.reps, runtime=args.runtime, only=only,
                         build_module=None if args.dry_run else build_module,
                         modinfo=None if args.dry_run else modinfo, trace=True if args.trace else None,
                         overrides=overrides(args))
+    shard: Optional[shardmod.Shard] = getattr(args, "shard", None)
+    runs = shardmod.plan_runs(plan.order, plan.reps)
+    mine = shardmod.shard_runs(plan.order, plan.reps, shard) if shard else runs
+    if not mine:
+        raise planmod.PlanError(f"--shard {shard.label() if shard else ''}: the plan has {len(runs)} run(s) "
+                                f"({len(plan.order)} variant(s) x {plan.reps} repetition(s)), fewer than "
+                                "shards: give at most that many shards")
     if args.dry_run:
         dry_run(plan)
+        if shard:
+            print(f"== shard {shard.index} of {shard.count}: boots {shardmod.describe(mine)}")
         return EXIT_OK
-    cores = os.cpu_count() or 1
-    if args.jobs > 1:
-        need = args.jobs * max(x.vcpus for x in plan.variants.values())
-        if need > cores:
-            log(f"--jobs {args.jobs}: {need} vCPUs at once on {cores} host cores: the runs compete for CPUs, "
-                "so their figures are not comparable to runs made one at a time")
+    _warn_jobs(plan, args.jobs)
     qemu = find_qemu()
-    out = _results_folder(plan, args.out)
-    shutil.copyfile(args.spec, os.path.join(out, "spec.exp"))
+    out = results_folder(plan.name, args.out)
+    with open(os.path.join(out, "spec.exp"), "wb") as f:
+        f.write(spec_bytes)
+    doc = plan_json(plan)
+    doc.update(plan_identity(plan, args, spec_bytes.decode("utf-8", errors="replace")))
+    if shard:
+        doc["shard"], doc["shard_runs"] = shard.as_json(), shardmod.run_docs(mine)
     with open(os.path.join(out, "plan.json"), "w", encoding="utf-8") as f:
-        json.dump(plan_json(plan), f, indent=1)
-    total = plan.reps * len(plan.order)
-    log(f"experiment {plan.name}: {len(plan.order)} variants x {plan.reps} repetitions = {total} boots, "
-        f"about {plan.fio_seconds}s of fio each{f', {args.jobs} at a time' if args.jobs > 1 else ''}; results in {out}")
+        json.dump(doc, f, indent=1)
+    what = f"{len(plan.order)} variants x {plan.reps} repetitions = {len(runs)} boots"
+    if shard:
+        what = f"shard {shard.index} of {shard.count}: {len(mine)} of {what}"
+    log(f"experiment {plan.name}: {what}, about {plan.fio_seconds}s of fio each"
+        f"{f', {args.jobs} at a time' if args.jobs > 1 else ''}; results in {out}")
     started = time.monotonic()
-    failure = execute(plan, out, qemu, args.jobs)
+    failure = execute(plan, out, qemu, args.jobs, mine)
     rep = reportmod.Report(out)
     text = rep.write(log)
     if failure:
@@ -450,15 +468,39 @@ def run(args: argparse.Namespace) -> int:
     return verdict(rep, f"experiment {plan.name} done in {time.monotonic() - started:.0f}s: {out}")
 
 
-def _results_folder(plan: planmod.Plan, given: Optional[str]) -> str:
+def _warn_jobs(plan: planmod.Plan, jobs: int) -> None:
+    cores = os.cpu_count() or 1
+    if jobs > 1:
+        need = jobs * max(x.vcpus for x in plan.variants.values())
+        if need > cores:
+            log(f"--jobs {jobs}: {need} vCPUs at once on {cores} host cores: the runs compete for CPUs, "
+                "so their figures are not comparable to runs made one at a time")
+
+
+def plan_identity(plan: planmod.Plan, args: argparse.Namespace, spec_text: str) -> dict[str, Any]:
+    """What identifies a plan across shards (plan.json): the options that change the plan,
+    the project's version, the spec's digest, the fingerprint of all of these, and every run
+    of the plan."""
+    kernel, patch = getattr(args, "kernel", None), getattr(args, "patch", None)
+    options: dict[str, object] = {
+        "reps": plan.reps, "runtime": args.runtime, "variants": list(plan.order), "trace": plan.trace,
+        "kernel": kernel, "kernel_sha256": shardmod.file_digest(kernel),
+        "modules": getattr(args, "modules", None), "patch": patch, "patch_sha256": shardmod.file_digest(patch)}
+    version = shardmod.project_version()
+    return {"version": version, "spec_sha256": shardmod.text_digest(spec_text), "options": options,
+            "fingerprint": shardmod.fingerprint(spec_text, options, version),
+            "runs": shardmod.run_docs(shardmod.plan_runs(plan.order, plan.reps))}
+
+
+def results_folder(name: str, given: Optional[str]) -> str:
     """--out, or a new dated folder under the cache with a -latest link to it."""
-    out = given or os.path.join(cache_dir(), "results", f"{plan.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    out = given or os.path.join(cache_dir(), "results", f"{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     prepare_out(out)
     if not given:
-        link = os.path.join(cache_dir(), "results", f"{plan.name}-latest")
-        if os.path.islink(link) or os.path.exists(link):
-            os.unlink(link)
-        os.symlink(out, link)
+        link = os.path.join(cache_dir(), "results", f"{name}-latest")
+        tmp = f"{link}.{os.getpid()}"         # replaced at once: shards may end side by side
+        os.symlink(out, tmp)
+        os.replace(tmp, link)
     return out
 
 
@@ -478,6 +520,14 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 def verdict(rep: reportmod.Report, done_msg: str) -> int:
+    if rep.shard:
+        # A shard's verdict is its runs'; its expectations are judged on the merged results.
+        if rep.failed_runs() or rep.missing_runs():
+            log(f"{done_msg}; shard {rep.shard['index']} of {rep.shard['count']}: some runs did not count")
+            return EXIT_RUN
+        log(f"{done_msg}; shard {rep.shard['index']} of {rep.shard['count']}: every run counted; the expectations "
+            "are judged once the shards are merged (./hvstor report --merge)")
+        return EXIT_OK
     bad = rep.failed_expectations()
     for o in bad:
         print(o.line(), file=sys.stderr)
