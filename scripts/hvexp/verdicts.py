@@ -279,7 +279,9 @@ def _coverage_outcome(v: Verdict, variant: str, runs: List[RunFacts], where: str
                               f"({pct:.0f}%); not run: {', '.join(missed) or 'none'}", where)
     fn = v.key[len("coverage."):]
     if fn not in ran and fn not in missed:
-        if any(fn in (r.coverage or {}) for r in runs):
+        if any((r.coverage or {}).get(fn) == -2 for r in runs):
+            why = f"no count of {fn} came back, and the kernel's log names no refusal of its probe"
+        elif any(fn in (r.coverage or {}) for r in runs):
             why = f"the kernel would not probe {fn} (a notrace function, such as an __exit one)"
         else:
             why = f"{fn} is not a function the module's symbol table has"

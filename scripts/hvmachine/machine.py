@@ -678,8 +678,10 @@ class Machine:
             hibernated=self._console.status is None and self._hibernated())
 
     def _coverage(self) -> Optional[Dict[str, int]]:
-        """Hits per function of the module (0: it did not run; -1: the kernel would not
-        probe it), from the profile in the results; None when the guest sent none."""
+        """Hits per function of the module (0: it did not run; -1: the kernel refused to
+        probe it and its log says so, as for notrace and __exit functions; -2: no count came
+        back and the kernel named no refusal), from the profile in the results; None when
+        the guest sent none."""
         if not self.guest.coverage or self.results_dir is None:
             return None
         try:
@@ -688,7 +690,7 @@ class Machine:
         except OSError:
             return None
         refused = coveragemod.refused(self._kmsg.text(), self._cov_functions)
-        return {fn: -1 if fn in refused else hits.get(fn, -1) for fn in self._cov_functions}
+        return {fn: -1 if fn in refused else hits.get(fn, -2) for fn in self._cov_functions}
 
     def _keep_logs(self) -> None:
         """A boot in a temporary folder keeps its logs (console, kernel log, QEMU's output)

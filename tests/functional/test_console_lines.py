@@ -5,7 +5,11 @@ as it can, and each line of either kind must arrive whole on its own line. Befor
 guest's init forwarded kernel messages from /dev/kmsg during the command, the kernel wrote
 them straight to the serial console, between the chunks of a line the command was writing;
 a test that looked for that line with ^...$ then missed it (1 line in 300 here, as
-"CMD-LINE-172-...789[   12.265253] kmsg-line-16-...")."""
+"CMD-LINE-172-...789[   12.265253] kmsg-line-16-...").
+
+The kernel's log buffer may overrun the forwarder on a slow or busy machine: the messages
+lost there are not the console's fault, and the init says how many it lost ("hvstor-init: N
+kernel messages lost"), so those count with the ones that arrived; none may vanish unsaid."""
 
 import re
 
@@ -19,16 +23,19 @@ wait
 """
 CMD_LINE = r"^CMD-LINE-[0-9]+-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789$"
 KMSG_LINE = r"^\[ *[0-9]+\.[0-9]{6}\] kmsg-line-[0-9]+-abcdefghijklmnopqrstuvwxyz$"
+LOST = r"^hvstor-init: ([0-9]+) kernel messages lost"
 
 
 def test_console_lines(run: Run, checks: Checks) -> None:
     r = run(guest(kernel="debian-6.12", cmd=GUEST), on_output=None)
     checks.boot_ok(r)
     checks.count(r.output, CMD_LINE, N, f"all {N} lines of the command arrived whole")
-    checks.count(r.output, KMSG_LINE, N, f"all {N} kernel messages arrived whole, in the console's format")
-    # Anything that mixes the two kinds, shown when it went wrong.
+    arrived = count(r.output, KMSG_LINE)
+    lost = sum(int(m.group(1)) for ln in r.output for m in [re.search(LOST, ln)] if m)
+    checks.that(0 < arrived <= N and arrived + lost >= N,
+                f"the {N} kernel messages arrived whole, in the console's format, or were said lost "
+                f"({arrived} arrived, {lost} lost)")
+    # Anything that mixes the two kinds.
     cut = [ln for ln in r.output if re.search("CMD-LINE|kmsg-line", ln)
            and not (re.search(CMD_LINE, ln) or re.search(KMSG_LINE, ln))]
-    for ln in cut[:5]:
-        print(f"  cut: {ln}")
-    print(f"  {count(r.output, CMD_LINE)} command lines, {count(r.output, KMSG_LINE)} kernel messages")
+    checks.that(not cut, f"no line mixes the two kinds ({len(cut)}; first: {cut[:3]})")

