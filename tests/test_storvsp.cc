@@ -1306,3 +1306,439 @@ TEST_F(StorvspTest, RoundThatThrowsEndsTheProcessInsteadOfWedgingTheChannel) {
         },
         "");
 }
+
+// ---- Host events on demand: a fault's transport answer, notices, resets ----------------
+
+namespace {
+
+struct Expected {
+    const char* fault;
+    uint8_t srb_status, scsi_status, sense_len;
+    uint32_t data, op_status;
+    uint8_t key = 0, asc = 0, ascq = 0;
+};
+
+} // namespace
+
+// Each srb= and opstatus= form of a fault reaches the guest with exactly its fields: the SRB
+// and SCSI status, the sense with its length, the bytes reported, the packet's status. A
+// reported byte count above 0 is real: the read brought the disk's data.
+TEST_F(StorvspTest, FaultAnswersReachTheGuestWithExactlyTheirFields) {
+    const Expected cases[] = {
+        {"srb=error,scsi=check-condition,sense=3/11/00", 0x84, 0x02, 18, 0, 0, 0x3, 0x11, 0x00},
+        {"srb=aborted,scsi=check-condition,sense=6/2a/09", 0x82, 0x02, 18, 0, 0, 0x6, 0x2a, 0x09},
+        {"srb=error,sense=3/11/00,autosense=off", 0x04, 0x02, 18, 0, 0, 0x3, 0x11, 0x00},
+        {"srb=timeout", 0x09, 0x00, 0, 0, 0},
+        {"srb=selection-timeout", 0x0a, 0x00, 0, 0, 0},
+        {"srb=bus-reset", 0x0e, 0x00, 0, 0, 0},
+        {"srb=internal-error", 0x30, 0x00, 0, 0, 0},
+        {"srb=busy,scsi=busy", 0x05, 0x08, 0, 0, 0},
+        {"srb=invalid-request", 0x06, 0x00, 0, 0, 0},
+        {"srb=data-overrun,data=2048", 0x12, 0x00, 0, 2048, 0},
+        {"srb=success,data=2048,ops=read", 0x01, 0x00, 0, 2048, 0},
+        {"srb=invalid-lun", 0x20, 0x00, 0, 0, 0},
+        {"srb=success,scsi=check-condition", 0x01, 0x02, 0, 4096, 0},
+        {"srb=success,scsi=task-set-full", 0x01, 0x28, 0, 4096, 0},
+        {"srb=0x81", 0x81, 0x00, 0, 4096, 0},
+        {"srb=0x92,data=1024", 0x92, 0x00, 0, 1024, 0},
+        {"srb=error,opstatus=0xc0000001", 0x04, 0x00, 0, 0, 0xc0000001},
+        {"opstatus=0xc0000185", 0x01, 0x00, 0, 4096, 0xc0000185},
+    };
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (uint32_t i = 0; i < 4096; i++) *host.ram(kBuf + i) = uint8_t(i * 7 + 3);
+    guest.send_srb(c, rw10(true, 64, 8), kBuf, 4096);
+    ASSERT_EQ(guest.wait(c).pkt.srb.srb_status, kSrbSuccess);
+    uint64_t errors = ctl->stats().srb_errors;
+    for (const Expected& e : cases) {
+        scsi::FaultSpec f;
+        std::string err;
+        ASSERT_TRUE(scsi::parse_fault(e.fault, f, err)) << err;
+        disk->set_fault(f);
+        std::memset(host.ram(kBuf + 0x10000), 0, 4096);
+        const uint64_t id = guest.send_srb(c, rw10(false, 64, 8), kBuf + 0x10000, 4096);
+        const auto r = guest.wait(c);
+        ASSERT_EQ(r.trans_id, id) << e.fault;
+        EXPECT_EQ(r.type, uint16_t(vmbus::PacketType::Completion)) << e.fault;
+        EXPECT_EQ(r.pkt.operation, uint32_t(Operation::CompleteIo)) << e.fault;
+        EXPECT_EQ(r.pkt.status, e.op_status) << e.fault;
+        EXPECT_EQ(r.pkt.srb.srb_status, e.srb_status) << e.fault;
+        EXPECT_EQ(r.pkt.srb.scsi_status, e.scsi_status) << e.fault;
+        EXPECT_EQ(r.pkt.srb.sense_info_length, e.sense_len) << e.fault;
+        EXPECT_EQ(r.pkt.srb.data_transfer_length, e.data) << e.fault;
+        EXPECT_EQ(r.pkt.srb.lun, 0) << e.fault << ": the request's own fields are echoed";
+        if (e.sense_len) {
+            EXPECT_EQ(r.pkt.srb.cdb_or_sense[0], 0x70) << e.fault;
+            EXPECT_EQ(r.pkt.srb.cdb_or_sense[2], e.key) << e.fault;
+            EXPECT_EQ(r.pkt.srb.cdb_or_sense[12], e.asc) << e.fault;
+            EXPECT_EQ(r.pkt.srb.cdb_or_sense[13], e.ascq) << e.fault;
+        }
+        if (std::string_view(e.fault).starts_with("srb=")) { // else the request's CDB, echoed as always
+            for (size_t b = e.sense_len; b < kSenseBytes; b++)
+                EXPECT_EQ(r.pkt.srb.cdb_or_sense[b], 0) << e.fault << ": sense byte " << b;
+        }
+        if (e.data) {
+            EXPECT_EQ(std::memcmp(host.ram(kBuf), host.ram(kBuf + 0x10000), 4096), 0) << e.fault << ": the data read";
+        }
+        errors += e.srb_status != kSrbSuccess;
+        EXPECT_EQ(ctl->stats().srb_errors, errors) << e.fault;
+    }
+    disk->set_fault({});
+    guest.send_srb(c, rw10(false, 64, 8), kBuf + 0x10000, 4096);
+    const auto r = guest.wait(c);
+    EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess) << "no fault: as before";
+    EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    EXPECT_EQ(ctl->stats().srbs, ctl->stats().completions);
+}
+
+// The same answer on whichever channel the command came, and on a flush (no data at all).
+TEST_F(StorvspTest, FaultAnswersOnASubchannelAndOnAFlush) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    auto sc = open_subchannel(c, kSubRings, 0x200);
+    ASSERT_TRUE(sc);
+    scsi::FaultSpec f;
+    std::string err;
+    ASSERT_TRUE(scsi::parse_fault("srb=bus-reset,ops=flush,opstatus=0x2", f, err)) << err;
+    disk->set_fault(f);
+    VmscsiRequest flush = srb(0x35, kDataNone);
+    const uint64_t id = guest.send_srb(*sc, flush, 0, 0);
+    auto r = guest.wait(*sc);
+    EXPECT_EQ(r.trans_id, id);
+    EXPECT_EQ(r.pkt.srb.srb_status, 0x0e);
+    EXPECT_EQ(r.pkt.status, 2u);
+    guest.send_srb(*sc, rw10(false, 0, 8), kBuf, 4096);
+    EXPECT_EQ(guest.wait(*sc).pkt.srb.srb_status, kSrbSuccess) << "ops=flush: a read passes";
+}
+
+// notify: an unsolicited ENUMERATE_BUS or REMOVE_DEVICE on the primary, through the hot-plug
+// notice's path (it waits for the guest's first SRB after its handshake); refused while the
+// guest has no session.
+TEST_F(StorvspTest, NotifySendsTheNoticeOnThePrimary) {
+    std::string err;
+    EXPECT_FALSE(ctl->notify(Notice::EnumerateBus, err));
+    EXPECT_EQ(err, "no storvsc session: the guest has not opened the controller's channel");
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ASSERT_TRUE(ctl->notify(Notice::RemoveDevice, err)) << err;
+    EXPECT_FALSE(guest.poll(c)) << "no notice before the guest's first SRB";
+    const uint64_t id = guest.send_srb(c, inquiry(0), kBuf, 96);
+    FakeStorvsc::Completion r{};
+    int notices = 0, answers = 0;
+    while (notices + answers < 2) { // in either order
+        r = guest.wait(c);
+        if (r.type == uint16_t(vmbus::PacketType::DataInband)) {
+            EXPECT_EQ(r.trans_id, 0u);
+            EXPECT_EQ(r.pkt.operation, uint32_t(Operation::RemoveDevice));
+            notices++;
+        } else {
+            EXPECT_EQ(r.trans_id, id);
+            answers++;
+        }
+    }
+    EXPECT_EQ(notices, 1);
+    ASSERT_TRUE(ctl->notify(Notice::EnumerateBus, err)) << err;
+    r = guest.wait(c);
+    EXPECT_EQ(r.pkt.operation, uint32_t(Operation::EnumerateBus));
+    EXPECT_EQ(r.trans_id, 0u);
+    ASSERT_TRUE(ctl->notify(Notice::EnumerateBus, err));
+    ASSERT_TRUE(ctl->notify(Notice::RemoveDevice, err));
+    int enumerates = 0, removes = 0;
+    while (enumerates + removes < 2) {
+        r = guest.wait(c);
+        enumerates += r.pkt.operation == uint32_t(Operation::EnumerateBus);
+        removes += r.pkt.operation == uint32_t(Operation::RemoveDevice);
+    }
+    EXPECT_EQ(enumerates, 1);
+    EXPECT_EQ(removes, 1);
+    expect_report_luns(c); // nothing more came
+    const ControllerStats s = ctl->stats();
+    EXPECT_EQ(s.enumerate_bus_sent, 2u);
+    EXPECT_EQ(s.remove_device_sent, 2u);
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_storvsp_remove_device).size(), 2u);
+    guest.close(c);
+    tear_down_gpadl(0x100);
+    guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown);
+    EXPECT_FALSE(ctl->notify(Notice::EnumerateBus, err)) << "the session ended";
+}
+
+// A disk attached or detached without its notice: the guest hears nothing until notify.
+TEST_F(StorvspTest, DiskWithoutNoticesIsFoundOnlyWhenTheGuestIsTold) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    expect_report_luns(c);
+    std::string err;
+    auto r2 = backend::make_ram(1 << 20, err);
+    scsi::Disk d2(*r2, {}, *ctl);
+    ASSERT_TRUE(ctl->attach(1, &d2, err, false)) << err;
+    expect_report_luns(c); // its answer is the next packet: no notice came before it
+    EXPECT_EQ(ctl->stats().enumerate_bus_sent, 0u);
+    ASSERT_TRUE(ctl->notify(Notice::EnumerateBus, err)) << err;
+    EXPECT_EQ(guest.wait(c).pkt.operation, uint32_t(Operation::EnumerateBus));
+    ctl->detach(1, false);
+    expect_report_luns(c);
+    EXPECT_EQ(ctl->stats().enumerate_bus_sent, 1u);
+}
+
+namespace {
+
+VstorPacket reset_packet(Operation op, uint8_t lun = 0) {
+    VstorPacket v{};
+    v.operation = uint32_t(op);
+    v.flags = 1;
+    v.srb.lun = lun;
+    return v;
+}
+
+} // namespace
+
+// Each reset is counted by operation and answered as `reset` says: success, or failure.
+TEST_F(StorvspTest, ResetsAreCountedAndAnsweredAsSet) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    const uint64_t bus = guest.send(c, reset_packet(Operation::ResetBus));
+    auto r = guest.wait(c);
+    EXPECT_EQ(r.trans_id, bus);
+    EXPECT_EQ(r.pkt.operation, uint32_t(Operation::CompleteIo));
+    EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    ctl->set_reset_answer(ResetAnswer::Fail);
+    EXPECT_EQ(ctl->reset_answer(), ResetAnswer::Fail);
+    for (Operation op : {Operation::ResetLun, Operation::ResetAdapter, Operation::ResetBus}) {
+        const uint64_t id = guest.send(c, reset_packet(op));
+        r = guest.wait(c);
+        EXPECT_EQ(r.trans_id, id);
+        EXPECT_EQ(r.pkt.status, kStatusUnsuccessful);
+    }
+    const ControllerStats s = ctl->stats();
+    EXPECT_EQ(s.reset_bus, 2u);
+    EXPECT_EQ(s.reset_lun, 1u);
+    EXPECT_EQ(s.reset_adapter, 1u);
+    EXPECT_EQ(s.resets_held, 0u);
+    EXPECT_EQ(s.bad_packets, 0u) << "a failed reset is the host's answer, not a guest error";
+    EXPECT_TRUE(host.guest_errors.empty());
+}
+
+// reset=ignore: a reset stays unanswered while SRBs go on; when the setting changes it is
+// answered once, as the new setting says.
+TEST_F(StorvspTest, IgnoredResetIsAnsweredOnceWhenTheSettingChanges) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    const uint64_t held = guest.send(c, reset_packet(Operation::ResetBus));
+    const uint64_t io = guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
+    EXPECT_EQ(guest.wait(c).trans_id, io) << "the SRB after it is answered; the reset is not";
+    EXPECT_EQ(ctl->stats().resets_held, 1u);
+    EXPECT_EQ(ctl->stats().reset_bus, 1u);
+    EXPECT_EQ(host.traced(HVSTOR_TRACE_storvsp_reset_held).size(), 1u);
+    ctl->set_reset_answer(ResetAnswer::Ignore); // no change: still held
+    expect_report_luns(c);
+    ctl->set_reset_answer(ResetAnswer::Answer);
+    auto r = guest.wait(c);
+    EXPECT_EQ(r.trans_id, held);
+    EXPECT_EQ(r.pkt.operation, uint32_t(Operation::CompleteIo));
+    EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    expect_report_luns(c); // answered once: nothing else came
+    EXPECT_EQ(ctl->stats().resets_held, 0u);
+    // Two held, released by fail: each answered once with the failure.
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    std::set<uint64_t> want{guest.send(c, reset_packet(Operation::ResetLun)),
+                            guest.send(c, reset_packet(Operation::ResetAdapter))};
+    while (ctl->stats().resets_held < 2) std::this_thread::yield();
+    ctl->set_reset_answer(ResetAnswer::Fail);
+    while (!want.empty()) {
+        r = guest.wait(c);
+        ASSERT_EQ(want.erase(r.trans_id), 1u) << "answered twice or never sent";
+        EXPECT_EQ(r.pkt.status, kStatusUnsuccessful);
+    }
+    expect_report_luns(c);
+}
+
+// Held resets keep the room of their answers: a guest that fills the ring with requests
+// while resets are held still gets every answer, the resets' too.
+TEST_F(StorvspTest, HeldResetsKeepTheRoomOfTheirAnswers) {
+    build({16, 256 * 1024, 4096, kVersionWin10});
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    std::set<uint64_t> want;
+    for (int i = 0; i < 4; i++) want.insert(guest.send(c, reset_packet(Operation::ResetBus)));
+    const uint32_t packet = vmbus::OutgoingRing::packet_bytes(sizeof(VstorPacket));
+    const uint32_t fit = (c.in.data_size() - 1) / packet;
+    for (uint32_t i = 0; i < fit; i++) {
+        bool ok = false;
+        while (!ok) {
+            const uint64_t id = guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096, &ok);
+            if (ok) want.insert(id);
+            else std::this_thread::yield();
+        }
+    }
+    while (c.in.load(12) == 0) std::this_thread::yield(); // the host asked for room
+    EXPECT_EQ(ctl->stats().srbs + 4, fit) << "the held resets' answers kept their room";
+    ctl->set_reset_answer(ResetAnswer::Answer);
+    for (;;) {
+        gated.release_all();
+        auto r = guest.poll(c);
+        if (!r) {
+            if (want.empty() && ctl->stats().srbs == ctl->stats().completions) break;
+            std::this_thread::yield();
+            continue;
+        }
+        want.erase(r->trans_id); // requests the host took later are not in `want`
+    }
+    EXPECT_TRUE(want.empty());
+}
+
+// A held reset goes with its channel's close, as completions owed to a closed channel do:
+// the close finishes, nothing is written to the closed rings, and the next session starts
+// with nothing held.
+TEST_F(StorvspTest, HeldResetGoesWithTheClose) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    guest.send(c, reset_packet(Operation::ResetBus));
+    while (ctl->stats().resets_held < 1) std::this_thread::yield();
+    guest.close(c);
+    tear_down_gpadl(0x100);
+    guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown);
+    const auto write_index = c.in.load(0);
+    EXPECT_EQ(ctl->stats().resets_held, 0u);
+    ctl->set_reset_answer(ResetAnswer::Answer);
+    EXPECT_EQ(c.in.load(0), write_index) << "an answer written into a closed channel's ring";
+    auto c2 = guest.open(ctl->primary_relid(), kRings, 0x101);
+    ASSERT_TRUE(c2);
+    ASSERT_TRUE(guest.handshake(*c2)) << "an old reset's answer would have come first";
+    expect_report_luns(*c2);
+}
+
+// A machine reset closes every channel: it does not wait for a held reset, which goes with
+// the close.
+TEST_F(StorvspTest, HeldResetGoesWithAMachineReset) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    guest.send(c, reset_packet(Operation::ResetAdapter));
+    while (ctl->stats().resets_held < 1) std::this_thread::yield();
+    server.reset();
+    EXPECT_EQ(ctl->stats().resets_held, 0u);
+    EXPECT_EQ(ctl->stats().reset_adapter, 1u);
+    EXPECT_EQ(ctl->reset_answer(), ResetAnswer::Ignore) << "the setting stays";
+}
+
+// A RESET_LUN held for a LUN that is detached is answered (success: nothing is left to
+// reset); a RESET_BUS stays held.
+TEST_F(StorvspTest, HeldLunResetIsAnsweredWhenItsLunIsDetached) {
+    std::string err;
+    auto r2 = backend::make_ram(1 << 20, err);
+    scsi::Disk d2(*r2, {}, *ctl);
+    ASSERT_TRUE(ctl->attach(1, &d2, err, false)) << err;
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    guest.send(c, reset_packet(Operation::ResetBus));
+    const uint64_t lun0 = guest.send(c, reset_packet(Operation::ResetLun, 0));
+    const uint64_t lun1 = guest.send(c, reset_packet(Operation::ResetLun, 1));
+    while (ctl->stats().resets_held < 3) std::this_thread::yield();
+    ctl->detach(1, false);
+    auto r = guest.wait(c);
+    EXPECT_EQ(r.trans_id, lun1);
+    EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    expect_report_luns(c);
+    EXPECT_EQ(ctl->stats().resets_held, 2u);
+    ctl->set_reset_answer(ResetAnswer::Fail);
+    std::set<uint64_t> got;
+    for (int i = 0; i < 2; i++) got.insert(guest.wait(c).trans_id);
+    EXPECT_TRUE(got.count(lun0));
+    EXPECT_EQ(got.size(), 2u);
+}
+
+// The setting changes on one thread while the guest sends resets and I/O on two channels,
+// each with its worker: every request is answered exactly once. (Run under TSan by
+// ./hvstor test.)
+TEST_F(StorvspTest, ResetSettingRacesWithTheGuestsResets) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    auto sc = open_subchannel(c, kSubRings, 0x200);
+    ASSERT_TRUE(sc);
+    std::atomic<bool> stop{false};
+    std::thread flip([&] {
+        const ResetAnswer order[] = {ResetAnswer::Ignore, ResetAnswer::Answer, ResetAnswer::Fail, ResetAnswer::Ignore};
+        for (int i = 0; !stop.load(); i++) {
+            ctl->set_reset_answer(order[i % 4]);
+            std::this_thread::yield();
+        }
+    });
+    std::set<uint64_t> want, want_sub;
+    auto reap = [&] {
+        while (auto r = guest.poll(c)) EXPECT_EQ(want.erase(r->trans_id), 1u) << "answered twice or never sent";
+        while (auto r = guest.poll(*sc)) EXPECT_EQ(want_sub.erase(r->trans_id), 1u) << "answered twice or never sent";
+    };
+    for (int i = 0; i < 400; i++) { // each read into a buffer of its own: reads in flight at once
+        FakeStorvsc::Chan& ch = i % 2 ? *sc : c;
+        auto& w = i % 2 ? want_sub : want;
+        w.insert(i % 4 == 0 ? guest.send(ch, reset_packet(i % 8 ? Operation::ResetBus : Operation::ResetLun))
+                            : guest.send_srb(ch, rw10(false, uint32_t(i), 1), kBuf + 0x20000 + i * 512, 512));
+        reap();
+    }
+    stop = true;
+    flip.join();
+    ctl->set_reset_answer(ResetAnswer::Answer);
+    while (!want.empty()) ASSERT_EQ(want.erase(guest.wait(c).trans_id), 1u) << "answered twice or never sent";
+    while (!want_sub.empty()) ASSERT_EQ(want_sub.erase(guest.wait(*sc).trans_id), 1u);
+    expect_report_luns(c);
+    const ControllerStats s = ctl->stats();
+    EXPECT_EQ(s.reset_bus + s.reset_lun, 100u);
+    EXPECT_EQ(s.resets_held, 0u);
+}
+
+// notify from two threads (two QMP clients, or a hot plug beside a notify) while the guest
+// keeps the primary busy: no notice is lost after the last request, none is sent twice per
+// request, and every SRB is answered once. (Run under TSan by ./hvstor test.)
+TEST_F(StorvspTest, NoticesFromTwoThreadsWhileTheGuestWorks) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    expect_report_luns(c);
+    std::atomic<int> requests{0};
+    auto notifier = [&](Notice first) {
+        std::string err;
+        for (int i = 0; i < 200; i++) {
+            EXPECT_TRUE(ctl->notify(i % 2 ? first : Notice(1 - int(first)), err)) << err;
+            requests++;
+        }
+    };
+    std::thread a(notifier, Notice::EnumerateBus), b(notifier, Notice::RemoveDevice);
+    uint64_t enumerates = 0, removes = 0;
+    std::set<uint64_t> want;
+    auto take = [&](const FakeStorvsc::Completion& r) {
+        if (r.type == uint16_t(vmbus::PacketType::DataInband)) {
+            enumerates += r.pkt.operation == uint32_t(Operation::EnumerateBus);
+            removes += r.pkt.operation == uint32_t(Operation::RemoveDevice);
+            return;
+        }
+        EXPECT_EQ(want.erase(r.trans_id), 1u) << "answered twice or never sent";
+    };
+    for (int i = 0; i < 200; i++) {
+        want.insert(guest.send_srb(c, rw10(false, uint32_t(i), 1), kBuf + 0x20000 + i * 512, 512));
+        while (auto r = guest.poll(c)) take(*r);
+    }
+    a.join();
+    b.join();
+    while (!want.empty()) take(guest.wait(c));
+    // After the last requests, one of each kind still comes. Two round trips make sure every
+    // notice asked for before them went out ahead of the second answer.
+    const uint64_t e0 = enumerates, r0 = removes;
+    std::string err;
+    ASSERT_TRUE(ctl->notify(Notice::EnumerateBus, err));
+    ASSERT_TRUE(ctl->notify(Notice::RemoveDevice, err));
+    for (int i = 0; i < 2; i++) {
+        want.insert(guest.send_srb(c, rw10(false, 0, 1), kBuf, 512));
+        while (!want.empty()) take(guest.wait(c));
+    }
+    EXPECT_GT(enumerates, e0);
+    EXPECT_GT(removes, r0);
+    EXPECT_FALSE(guest.poll(c)) << "a notice after the round trips";
+    const ControllerStats s = ctl->stats();
+    EXPECT_EQ(s.enumerate_bus_sent, enumerates) << "every notice sent arrived";
+    EXPECT_EQ(s.remove_device_sent, removes);
+    EXPECT_LE(enumerates + removes, uint64_t(requests.load()) + 2) << "at most one per request";
+}

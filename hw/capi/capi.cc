@@ -94,6 +94,7 @@ hvstor::capi::DiskSpec to_cpp(const HvstorDiskConfig& c) {
     s.perf = str(c.perf);
     s.name = str(c.name);
     s.fault = str(c.fault);
+    s.notices = !c.without_notices;
     if (c.block) s.block = *c.block;
     return s;
 }
@@ -105,6 +106,9 @@ hvstor::storvsp::ControllerConfig to_cpp(const HvstorControllerConfig& c) {
     cc.max_outstanding_per_channel = c.max_outstanding;
     cc.inline_rounds = !c.worker_only;
     if (c.name && *c.name) cc.name = c.name;
+    std::string err;
+    if (c.reset && !hvstor::storvsp::parse_reset_answer(c.reset, cc.reset_answer, err))
+        throw hvstor::capi::ConfigError(err);
     return cc;
 }
 
@@ -303,6 +307,31 @@ bool hvstor_disk_resize(HvstorDisk* d, uint64_t bytes, char** err) {
 
 uint64_t hvstor_disk_size(HvstorDisk* d) {
     return guarded([&] { return d ? to_cpp(d)->size_bytes() : uint64_t{0}; }, [](const char*) { return uint64_t{0}; });
+}
+
+bool hvstor_controller_notify(HvstorController* c, const char* notice, char** err) {
+    return guarded(
+        [&] {
+            if (!c) throw std::invalid_argument("no controller");
+            to_cpp(c)->notify(str(notice));
+            return true;
+        },
+        fail_with(err, false));
+}
+
+bool hvstor_controller_set_reset(HvstorController* c, const char* answer, char** err) {
+    return guarded(
+        [&] {
+            if (!c) throw std::invalid_argument("no controller");
+            to_cpp(c)->set_reset(str(answer));
+            return true;
+        },
+        fail_with(err, false));
+}
+
+char* hvstor_controller_reset(HvstorController* c) {
+    return guarded([&] { return c ? hvstor::capi::dup_message(to_cpp(c)->reset().c_str()) : nullptr; },
+                   [](const char*) -> char* { return nullptr; });
 }
 
 char* hvstor_controller_stats_json(HvstorController* c) {

@@ -54,11 +54,11 @@ std::string disk_name(const DiskSpec& spec) {
 
 } // namespace
 
-AttachedDisk::AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name)
-    : ctl_(ctl), lun_(lun), name_(std::move(name)) {}
+AttachedDisk::AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name, bool notices)
+    : ctl_(ctl), lun_(lun), notices_(notices), name_(std::move(name)) {}
 
 void AttachedDisk::detach() {
-    if (attached_) ctl_.detach(lun_);
+    if (attached_) ctl_.detach(lun_, notices_);
     attached_ = false;
     // Commands a stall fault holds go to the backend, to be drained with the rest.
     if (disk_) disk_->stop_faults();
@@ -141,7 +141,7 @@ std::unique_ptr<perf::ModelBackend> DiskFactory::wrap_in_model(std::unique_ptr<b
 }
 
 std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, const DiskSpec& spec) const {
-    std::unique_ptr<AttachedDisk> d(new AttachedDisk(ctl, spec.lun, disk_name(spec)));
+    std::unique_ptr<AttachedDisk> d(new AttachedDisk(ctl, spec.lun, disk_name(spec), spec.notices));
     d->backend_ = open_storage(spec);
     if (!spec.perf.empty()) {
         auto model = wrap_in_model(std::move(d->backend_), spec.perf, d->name_);
@@ -152,10 +152,11 @@ std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, cons
     dc.serial = spec.serial;
     // The disk advertises what the controller accepts, so the guest never sends more.
     dc.max_transfer_bytes = ctl.config().max_transfer_bytes;
+    dc.capacity_notice = spec.notices;
     d->disk_ = std::make_unique<scsi::Disk>(*d->backend_, dc, ctl);
     if (!spec.fault.empty()) d->set_fault(spec.fault);
     std::string err;
-    if (!ctl.attach(spec.lun, d->disk_.get(), err)) throw DiskError(err);
+    if (!ctl.attach(spec.lun, d->disk_.get(), err, spec.notices)) throw DiskError(err);
     d->attached_ = true;
     return d;
 }

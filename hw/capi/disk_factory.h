@@ -35,6 +35,10 @@ struct DiskSpec {
     std::string perf;     // performance model settings (docs/perf-model.md), "" for none
     std::string name;     // statistics and timeline; "" means "lun<N>"
     std::string fault;    // injected fault (hvstor/scsi/fault.h), "" for none
+    // The device's own notices of this disk: ENUMERATE_BUS when it is attached or detached,
+    // UNIT ATTENTION when its capacity changes. Without them the guest learns of either
+    // only when a test tells it (hv-storvsc notify=, a fault's srb=...,sense=6/2a/09).
+    bool notices = true;
 };
 
 // A disk on a LUN, with everything it is built from. Destroying it detaches the LUN (see
@@ -49,7 +53,8 @@ public:
     const std::string& name() const { return name_; }
     uint8_t lun() const { return lun_; }
 
-    // Takes the disk off its LUN: the guest is told to rescan and later commands for the
+    // Takes the disk off its LUN: the guest is told to rescan (unless the disk was made
+    // without notices) and later commands for the
     // LUN are answered as for an absent one. Returns once no channel worker can still hold
     // the disk, with the commands a stall fault held handed to the backend; what the disk
     // has in its backend is still running. Once only; the destructor does it otherwise.
@@ -77,10 +82,11 @@ public:
 
 private:
     friend class DiskFactory;
-    AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name);
+    AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name, bool notices);
 
     storvsp::Controller& ctl_;
     const uint8_t lun_;
+    const bool notices_;
     const std::string name_;
     std::unique_ptr<backend::Backend> backend_;
     perf::ModelBackend* model_ = nullptr;  // backend_.get() when modelled

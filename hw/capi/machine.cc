@@ -162,7 +162,10 @@ std::string ScsiController::stats_json() const {
     JsonWriter w;
     w.num("srbs", s.srbs).num("completions", s.completions).num("srb_errors", s.srb_errors);
     w.num("bad_packets", s.bad_packets).num("subchannels_offered", s.subchannels_offered);
-    w.num("open_channels", s.open_channels).begin_array("channels");
+    w.num("open_channels", s.open_channels).num("reset_lun", s.reset_lun).num("reset_bus", s.reset_bus);
+    w.num("reset_adapter", s.reset_adapter).num("resets_held", s.resets_held);
+    w.num("enumerate_bus_sent", s.enumerate_bus_sent).num("remove_device_sent", s.remove_device_sent);
+    w.begin_array("channels");
     for (const auto& c : s.channels) {
         w.begin_element().num("index", uint32_t(c.index)).num("relid", c.relid).boolean("open", c.open);
         w.num("packets_in", c.packets_in).num("packets_out", c.packets_out);
@@ -200,6 +203,20 @@ void Machine::reset() {
     server_.reset();
     partition_.reset();
     for (ScsiController* c : ctls) c->suspend_faults(false);
+}
+
+void ScsiController::notify(std::string_view what) {
+    storvsp::Notice n;
+    std::string err;
+    if (!storvsp::parse_notice(what, n, err)) throw ConfigError(err);
+    if (!ctl_->notify(n, err)) throw std::runtime_error("notify=" + std::string(what) + ": " + err);
+}
+
+void ScsiController::set_reset(std::string_view how) {
+    storvsp::ResetAnswer a;
+    std::string err;
+    if (!storvsp::parse_reset_answer(how, a, err)) throw ConfigError(err);
+    ctl_->set_reset_answer(a);
 }
 
 void ScsiController::suspend_faults(bool on) {

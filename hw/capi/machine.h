@@ -84,6 +84,14 @@ public:
     // Every disk's injected faults off (true) or back on (false).
     void suspend_faults(bool on);
 
+    // hv-storvsc's notify: "enumerate-bus" or "remove-device" to the guest now. Throws
+    // ConfigError for another value, std::runtime_error when the guest has no session.
+    void notify(std::string_view what);
+    // hv-storvsc's reset: "answer", "ignore" or "fail" (storvsp::ResetAnswer). Throws
+    // ConfigError for another value; nothing changes then.
+    void set_reset(std::string_view how);
+    std::string reset() const { return storvsp::reset_answer_name(ctl_->reset_answer()); }
+
 private:
     Machine& machine_;
     std::vector<std::unique_ptr<vmbus::EventLoop>> loops_; // before the controller: outlive it

@@ -4,11 +4,11 @@
  * target and the backends live in the C++ core (include/hvstor/capi.h).
  *
  *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES][,inline-rounds=off]
- *          [,iothread=IOTHREAD]
+ *          [,iothread=IOTHREAD][,reset=answer|ignore|fail]
  *   -device '{"driver":"hv-storvsc","id":"scsi0","iothread-vq-mapping":[{"iothread":"io0"},
  *             {"iothread":"io1"}]}'
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
- *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...]
+ *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...][,notices=off]
  *   -device hv-disk,bus=scsi0.0,lun=2,drive=DRIVE[,iothread=IOTHREAD]
  *
  * drive= puts the disk on QEMU's block layer (-drive if=none / -blockdev: qcow2, backing
@@ -23,7 +23,10 @@
  * without them channel i goes to the (i mod n)th IOThread of the list.
  *
  * Disks can be added and removed while the guest runs (QMP device_add and
- * device_del of hv-disk); the guest is told to rescan its bus each time.
+ * device_del of hv-disk); the guest is told to rescan its bus each time, unless the
+ * disk has notices=off (nor is a capacity change reported then); hv-storvsc's notify
+ * (qom-set enumerate-bus or remove-device) tells it on demand. hv-storvsc's reset
+ * chooses how the guest's resets are answered: answer, ignore (held), fail.
  *
  * Both have a "stats" property (JSON, for QMP qom-get): per channel for the
  * controller, the disk's I/O for hv-disk. hv-disk's "capacity" (bytes) reads the
@@ -76,6 +79,8 @@ struct HvStorvsc {
     bool inline_rounds;
     IOThread *iothread;    /* iothread=: where the channels' workers turn */
     IOThreadVirtQueueMappingList *iothread_vq_mapping;  /* or spread over these */
+    char *reset;           /* reset=: answer, ignore, fail (also qom-set) */
+    char *notify;          /* the last notice sent (notify=, qom-set only) */
     HvstorController *ctl;
 };
 
@@ -90,6 +95,7 @@ struct HvDisk {
     char *serial;
     char *perf;
     char *fault;  /* also settable while the guest runs (qom-set) */
+    bool notices; /* off: no ENUMERATE_BUS on plug/unplug, no UNIT ATTENTION on resize */
     BlockConf conf;      /* drive= */
     IOThread *iothread;  /* iothread=, for drive= */
     HvDrive *drive;
@@ -252,6 +258,7 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     cfg.max_transfer_bytes = s->max_transfer;
     cfg.max_outstanding = s->max_outstanding;
     cfg.worker_only = !s->inline_rounds;
+    cfg.reset = s->reset;
     if (!hv_storvsc_loops(s, &cfg, &loops, errp)) {
         return;
     }
@@ -299,6 +306,84 @@ static char *hv_storvsc_get_stats(Object *obj, Error **errp)
     return copy;
 }
 
+/*
+ * How the guest's RESET_LUN / RESET_BUS / RESET_ADAPTER are answered: answer (the default),
+ * ignore (held until this changes), fail. Given with the device or, while the guest runs,
+ * qom-set path=/machine/peripheral/ID property=reset value=ignore. See
+ * docs/fault-injection.md.
+ */
+static char *hv_storvsc_get_reset(Object *obj, Error **errp)
+{
+    HvStorvsc *s = HV_STORVSC(obj);
+    char *now, *copy;
+
+    if (!s->ctl) {
+        return g_strdup(s->reset ? s->reset : "answer");
+    }
+    now = hvstor_controller_reset(s->ctl);
+    if (!now) {
+        error_setg(errp, "hv-storvsc: out of memory");
+        return NULL;
+    }
+    copy = g_strdup(now);
+    free(now);
+    return copy;
+}
+
+static void hv_storvsc_set_reset(Object *obj, const char *value, Error **errp)
+{
+    HvStorvsc *s = HV_STORVSC(obj);
+    char *err = NULL;
+
+    /* Before realize the controller checks it when it is made. */
+    if (s->ctl && !hvstor_controller_set_reset(s->ctl, value, &err)) {
+        error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
+        free(err);
+        return;
+    }
+    g_free(s->reset);
+    s->reset = g_strdup(value);
+}
+
+/*
+ * An unsolicited packet to the guest now: qom-set path=/machine/peripheral/ID
+ * property=notify value=enumerate-bus (or remove-device); storvsc rescans its bus. Refused
+ * while the guest has no session on the controller. qom-get reads the last one sent.
+ */
+static char *hv_storvsc_get_notify(Object *obj, Error **errp)
+{
+    HvStorvsc *s = HV_STORVSC(obj);
+
+    return g_strdup(s->notify ? s->notify : "none");
+}
+
+static void hv_storvsc_set_notify(Object *obj, const char *value, Error **errp)
+{
+    HvStorvsc *s = HV_STORVSC(obj);
+    char *err = NULL;
+
+    if (!s->ctl) {
+        error_setg(errp, "hv-storvsc: notify=%s: no storvsc session: the controller is not "
+                   "running yet (set it while the guest runs)", value);
+        return;
+    }
+    if (!hvstor_controller_notify(s->ctl, value, &err)) {
+        error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
+        free(err);
+        return;
+    }
+    g_free(s->notify);
+    s->notify = g_strdup(value);
+}
+
+static void hv_storvsc_finalize(Object *obj)
+{
+    HvStorvsc *s = HV_STORVSC(obj);
+
+    g_free(s->reset);
+    g_free(s->notify);
+}
+
 static void hv_storvsc_class_init(ObjectClass *klass, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
@@ -310,6 +395,8 @@ static void hv_storvsc_class_init(ObjectClass *klass, void *data)
     device_class_set_props(dc, hv_storvsc_props);
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
     object_class_property_add_str(klass, "stats", hv_storvsc_get_stats, NULL);
+    object_class_property_add_str(klass, "reset", hv_storvsc_get_reset, hv_storvsc_set_reset);
+    object_class_property_add_str(klass, "notify", hv_storvsc_get_notify, hv_storvsc_set_notify);
 }
 
 /*
@@ -367,6 +454,7 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
         .perf = d->perf,
         .name = dev->id,
         .fault = d->fault,
+        .without_notices = !d->notices,
     };
     HvstorBlockOps block;
     char *err = NULL;
@@ -423,6 +511,7 @@ static const Property hv_disk_props[] = {
     DEFINE_PROP_BOOL("direct", HvDisk, direct, true),
     DEFINE_PROP_STRING("serial", HvDisk, serial),
     DEFINE_PROP_STRING("perf", HvDisk, perf),
+    DEFINE_PROP_BOOL("notices", HvDisk, notices, true),
     DEFINE_PROP_DRIVE("drive", HvDisk, conf.blk),
     DEFINE_PROP_LINK("iothread", HvDisk, iothread, TYPE_IOTHREAD, IOThread *),
 };
@@ -450,7 +539,8 @@ static char *hv_disk_get_stats(Object *obj, Error **errp)
 /*
  * Fault injection, e.g. fault=error=medium,,ops=read (commas doubled on the command line)
  * or, while the guest runs: qom-set path=/machine/peripheral/ID property=fault
- * value=stall=hold,ops=write. "none" clears it. See docs/fault-injection.md.
+ * value=stall=hold,ops=write; srb=aborted,scsi=check-condition,sense=6/2a/09 answers with
+ * exactly those transport fields. "none" clears it. See docs/fault-injection.md.
  */
 static char *hv_disk_get_fault(Object *obj, Error **errp)
 {
@@ -615,6 +705,7 @@ static const TypeInfo hv_storvsc_types[] = {
         .name = TYPE_HV_STORVSC,
         .parent = TYPE_ISA_DEVICE,
         .instance_size = sizeof(HvStorvsc),
+        .instance_finalize = hv_storvsc_finalize,
         .class_init = hv_storvsc_class_init,
     },
     {

@@ -2,6 +2,7 @@
 // the limits the disk both advertises and enforces.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -87,6 +88,9 @@ void reply(Command& cmd, const uint8_t* data, size_t len, size_t alloc);
 
 // Copies space-padded ASCII into a fixed-width field, blanking unprintable characters.
 void put_ascii(uint8_t* dst, size_t width, const std::string& s);
+
+// Fixed-format sense data (current error) in `out`; returns its length, 18.
+uint8_t fixed_sense(std::array<uint8_t, 18>& out, uint8_t key, Asc asc);
 
 // REQUEST SENSE answered as data (GOOD status) carrying the given sense.
 void reply_sense_data(Command& cmd, uint8_t key, Asc asc);

@@ -33,6 +33,9 @@ Kind kind_of(uint8_t opcode) {
 
 void deliver(Command& cmd, DiskStats& stats, CommandSink& sink) {
     const bool ok = cmd.status == kStatusGood;
+    // A fault's answer replaces a command's own only where the command did not fail on the
+    // disk: bytes reported as transferred must have been.
+    if (!ok) cmd.transport.srb = false;
     switch (kind_of(cmd.cdb[0])) {
     case Kind::Read:
         stats.reads.fetch_add(1, std::memory_order_relaxed);
@@ -87,7 +90,7 @@ bool Disk::resize(uint64_t bytes, std::string& err) {
     if (!be_.resize(bytes, err)) return false;
     // After the backend's new size is visible: whoever takes the unit attention and asks
     // READ CAPACITY gets the new one.
-    if (blocks() != before) capacity_changed_.store(true, std::memory_order_release);
+    if (blocks() != before && cfg_.capacity_notice) capacity_changed_.store(true, std::memory_order_release);
     return true;
 }
 
@@ -125,6 +128,7 @@ void Disk::submit(std::span<Command* const> cmds) {
     }
     size_t n = 0;
     for (Command* cmd : cmds) {
+        cmd->transport = {};
         if (report_capacity_change(*cmd)) {
             deliver(*cmd, stats_, sink_);
             continue;

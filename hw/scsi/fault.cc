@@ -1,5 +1,4 @@
-// Fault injection: the text form of a fault, and the injector the Disk consults.
-#include <charconv>
+// Fault injection: the injector the Disk consults (the text form is fault_text.cc).
 #include <system_error>
 
 #include "fault_injector.h"
@@ -9,76 +8,6 @@
 namespace hvstor::scsi {
 
 namespace {
-
-bool number(std::string_view s, uint64_t& out) {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-}
-
-bool bounded(std::string_view key, std::string_view v, uint64_t lo, uint64_t hi, uint64_t& out, std::string& err) {
-    if (number(v, out) && out >= lo && out <= hi) return true;
-    err = "fault: " + std::string(key) + "=" + std::string(v) + " is not a number in " + std::to_string(lo) + ".." +
-          std::to_string(hi);
-    return false;
-}
-
-bool parse_action(std::string_view key, std::string_view v, FaultSpec& f, std::string& err) {
-    using A = FaultSpec::Action;
-    if (key == "error") {
-        if (v == "medium") f.action = A::MediumError;
-        else if (v == "not-ready") f.action = A::NotReady;
-        else if (v == "unit-attention") f.action = A::UnitAttention;
-        else if (v == "busy") f.action = A::Busy;
-        else {
-            err = "fault: error=" + std::string(v) + " is not one of medium, not-ready, unit-attention, busy";
-            return false;
-        }
-        return true;
-    }
-    f.action = A::Stall;
-    if (v == "hold") return true;
-    uint64_t ms;
-    if (!bounded(key, v, 1, 3600000, ms, err)) return false;
-    f.stall_ms = uint32_t(ms);
-    return true;
-}
-
-bool parse_ops(std::string_view v, FaultSpec& f, std::string& err) {
-    f.reads = v == "read" || v == "any";
-    f.writes = v == "write" || v == "any";
-    f.flushes = v == "flush" || v == "any";
-    if (f.reads || f.writes || f.flushes) return true;
-    err = "fault: ops=" + std::string(v) + " is not one of read, write, flush, any";
-    return false;
-}
-
-bool parse_lba(std::string_view v, FaultSpec& f, std::string& err) {
-    const size_t dash = v.find('-');
-    const std::string_view first = v.substr(0, dash), last = dash == v.npos ? first : v.substr(dash + 1);
-    if (number(first, f.lba_first) && number(last, f.lba_last) && f.lba_first <= f.lba_last) return true;
-    err = "fault: lba=" + std::string(v) + " is not FIRST or FIRST-LAST (FIRST <= LAST)";
-    return false;
-}
-
-bool parse_item(std::string_view key, std::string_view v, FaultSpec& f, bool& have_action, std::string& err) {
-    uint64_t n;
-    if (key == "error" || key == "stall") {
-        if (have_action) {
-            err = "fault: more than one action (error= or stall=)";
-            return false;
-        }
-        have_action = true;
-        return parse_action(key, v, f, err);
-    }
-    if (key == "ops") return parse_ops(v, f, err);
-    if (key == "lba") return parse_lba(v, f, err);
-    if (key == "every") return bounded(key, v, 1, 1000000, n, err) && (f.every = uint32_t(n), true);
-    if (key == "percent") return bounded(key, v, 1, 100, n, err) && (f.percent = uint32_t(n), true);
-    if (key == "seed") return bounded(key, v, 0, UINT64_MAX, f.seed, err);
-    if (key == "count") return bounded(key, v, 1, UINT64_MAX, f.count, err);
-    err = "fault: unknown setting '" + std::string(key) + "' (want error=, stall=, ops=, lba=, every=, percent=, seed=, count=)";
-    return false;
-}
 
 // The blocks a read or write touches; false for other commands.
 bool extent(const Command& cmd, uint64_t& lba, uint64_t& blocks) {
@@ -117,32 +46,6 @@ bool is_read(uint8_t opcode) {
 bool is_flush(uint8_t opcode) { return opcode == detail::op::kSyncCache10 || opcode == detail::op::kSyncCache16; }
 
 } // namespace
-
-bool parse_fault(std::string_view text, FaultSpec& out, std::string& err) {
-    FaultSpec f;
-    bool have_action = false;
-    if (text.empty() || text == "none") {
-        out = f;
-        return true;
-    }
-    while (!text.empty()) {
-        const size_t comma = text.find(',');
-        const std::string_view item = text.substr(0, comma);
-        text = comma == text.npos ? std::string_view() : text.substr(comma + 1);
-        const size_t eq = item.find('=');
-        if (eq == item.npos) {
-            err = "fault: '" + std::string(item) + "' is not NAME=VALUE";
-            return false;
-        }
-        if (!parse_item(item.substr(0, eq), item.substr(eq + 1), f, have_action, err)) return false;
-    }
-    if (!have_action) {
-        err = "fault: no action (error=... or stall=...)";
-        return false;
-    }
-    out = f;
-    return true;
-}
 
 namespace detail {
 
@@ -187,18 +90,24 @@ bool FaultInjector::matches(const Command& cmd) const {
     return lba <= spec_.lba_last && (blocks == 0 ? lba : lba + blocks - 1) >= spec_.lba_first;
 }
 
-FaultInjector::Verdict FaultInjector::check(Command& cmd) {
-    using A = FaultSpec::Action;
-    if (!active_.load(std::memory_order_relaxed)) return Verdict::Pass;
-    std::lock_guard lock(mu_);
-    if (spec_.action == A::None || suspended_ || !matches(cmd) || ++matched_ % spec_.every != 0) return Verdict::Pass;
+// Whether this matching command is the one to inject into: every=, percent=, count=. mu_ held.
+bool FaultInjector::picked(const Command& cmd) {
+    if (spec_.action == FaultSpec::Action::None || suspended_ || !matches(cmd) || ++matched_ % spec_.every != 0)
+        return false;
     if (spec_.percent < 100) {
         rng_ ^= rng_ << 13; // xorshift64: the same seed injects into the same commands
         rng_ ^= rng_ >> 7;
         rng_ ^= rng_ << 17;
-        if (rng_ % 100 >= spec_.percent) return Verdict::Pass;
+        if (rng_ % 100 >= spec_.percent) return false;
     }
-    if (spec_.count && injected_ >= spec_.count) return Verdict::Pass;
+    return !(spec_.count && injected_ >= spec_.count);
+}
+
+FaultInjector::Verdict FaultInjector::check(Command& cmd) {
+    using A = FaultSpec::Action;
+    if (!active_.load(std::memory_order_relaxed)) return Verdict::Pass;
+    std::lock_guard lock(mu_);
+    if (!picked(cmd)) return Verdict::Pass;
     if (spec_.action == A::Stall && !timer_.joinable() && spec_.stall_ms) {
         try {
             timer_ = start_thread("hvstor-fault", [this] { run_timer(); });
@@ -208,29 +117,65 @@ FaultInjector::Verdict FaultInjector::check(Command& cmd) {
     }
     injected_++;
     stats_.faults.fetch_add(1, std::memory_order_relaxed);
-    cmd.data_transferred = 0;
+    if (spec_.has_op_status) {
+        cmd.transport.op = true;
+        cmd.transport.op_status = spec_.op_status;
+    }
+    return inject(cmd);
+}
+
+// The picked command's fate. mu_ held.
+FaultInjector::Verdict FaultInjector::inject(Command& cmd) {
+    using A = FaultSpec::Action;
     switch (spec_.action) {
     case A::MediumError:
+        cmd.data_transferred = 0;
         if (is_read(cmd.cdb[0])) fail(cmd, kSenseMediumError, kUnrecoveredReadError);
         else fail(cmd, kSenseMediumError, kWriteError);
         return Verdict::Answered;
     case A::NotReady:
+        cmd.data_transferred = 0;
         fail(cmd, kSenseNotReady, Asc{0x04, 0x01}); // becoming ready: the guest retries
         return Verdict::Answered;
     case A::UnitAttention:
+        cmd.data_transferred = 0;
         fail(cmd, kSenseUnitAttention, Asc{0x29, 0x00}); // power on, reset or bus device reset
         return Verdict::Answered;
     case A::Busy:
+        cmd.data_transferred = 0;
         busy(cmd);
         return Verdict::Answered;
-    default:
+    case A::Srb:
+        return answer_srb(cmd);
+    case A::Stall:
         break;
+    default:
+        return Verdict::Pass; // OpStatus: the command runs; only its operation status differs
     }
     const auto until = spec_.stall_ms ? Clock::now() + std::chrono::milliseconds(spec_.stall_ms) : Clock::time_point::max();
     held_.push_back({&cmd, until});
     stats_.stalled.fetch_add(1, std::memory_order_relaxed);
     cv_.notify_all();
     return Verdict::Held;
+}
+
+// srb=: the transport's answer goes on the command. With bytes to report it runs first (a
+// short read must have read what it reports); without, it never reaches the backend.
+FaultInjector::Verdict FaultInjector::answer_srb(Command& cmd) {
+    TransportAnswer& t = cmd.transport;
+    t.srb = true;
+    t.srb_status = spec_.srb_status;
+    t.scsi_status = spec_.scsi_status;
+    t.sense = {};
+    t.sense_len = spec_.has_sense ? fixed_sense(t.sense, spec_.sense_key, Asc{spec_.asc, spec_.ascq}) : 0;
+    constexpr uint8_t kSrbSuccess = 0x01, kSrbStatusMask = 0x3F; // the code without its flags
+    const bool success = (spec_.srb_status & kSrbStatusMask) == kSrbSuccess;
+    t.data_length = spec_.has_data ? spec_.data : success ? cmd.xfer_len : 0;
+    if (t.data_length) return Verdict::Pass;
+    cmd.status = kStatusGood; // the disk's own fields: nothing ran, nothing failed
+    cmd.sense_len = 0;
+    cmd.data_transferred = 0;
+    return Verdict::Answered;
 }
 
 void FaultInjector::release(std::vector<Command*> cmds) {

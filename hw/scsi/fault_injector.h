@@ -25,8 +25,9 @@ public:
 
     // Any thread. Replaces the fault; commands held by the old one start now.
     void set(const FaultSpec& spec);
-    // Before a command starts (any thread): Pass, or Answered (its status and sense are set:
-    // deliver it), or Held (it starts later through Start).
+    // Before a command starts (any thread): Pass (it runs; a transport answer may be set on
+    // it, Command::transport), or Answered (its status and sense, or its transport answer,
+    // are set: deliver it), or Held (it starts later through Start).
     Verdict check(Command& cmd);
     // No fault from now on, nothing held, no thread: before the disk's I/O is drained.
     void stop();
@@ -40,6 +41,9 @@ private:
         Clock::time_point until; // max(): until the fault changes
     };
     bool matches(const Command& cmd) const;
+    bool picked(const Command& cmd);
+    Verdict inject(Command& cmd);
+    Verdict answer_srb(Command& cmd);
     void release(std::vector<Command*> cmds);
     void run_timer();
 

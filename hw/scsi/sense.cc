@@ -10,17 +10,21 @@ constexpr uint8_t kFixedLength = 18;
 } // namespace
 
 void set_sense(Command& cmd, uint8_t key, uint8_t asc, uint8_t ascq) {
-    cmd.sense.fill(0);
-    cmd.sense[0] = kFixedCurrent;
-    cmd.sense[2] = key & 0x0F;
-    cmd.sense[7] = kFixedLength - 8;  // additional sense length
-    cmd.sense[12] = asc;
-    cmd.sense[13] = ascq;
-    cmd.sense_len = kFixedLength;
+    cmd.sense_len = detail::fixed_sense(cmd.sense, key, detail::Asc{asc, ascq});
     cmd.status = kStatusCheckCondition;
 }
 
 namespace detail {
+
+uint8_t fixed_sense(std::array<uint8_t, 18>& out, uint8_t key, Asc asc) {
+    out.fill(0);
+    out[0] = kFixedCurrent;
+    out[2] = key & 0x0F;
+    out[7] = kFixedLength - 8;  // additional sense length
+    out[12] = asc.asc;
+    out[13] = asc.ascq;
+    return kFixedLength;
+}
 
 void reply_sense_data(Command& cmd, uint8_t key, Asc asc) {
     const uint8_t* cdb = cmd.cdb.data();

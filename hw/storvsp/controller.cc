@@ -52,7 +52,7 @@ bool validate(const ControllerConfig& cfg, std::string& err) {
 }
 
 Controller::Controller(Host& host, vmbus::Bus& bus, const vmbus::Guid& instance, const ControllerConfig& cfg)
-    : host_(host), bus_(bus), instance_(instance), cfg_(cfg) {
+    : host_(host), bus_(bus), instance_(instance), cfg_(cfg), reset_answer_(cfg.reset_answer) {
     channels_.push_back(std::make_unique<Queue>(*this, 0));
     primary_ = channels_[0].get();
 }
@@ -94,7 +94,7 @@ bool Controller::start(std::string& err) {
     return true;
 }
 
-bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
+bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err, bool notice) {
     if (lun >= kMaxLuns) {
         err = "lun must be below " + std::to_string(kMaxLuns);
         return false;
@@ -108,11 +108,11 @@ bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err) {
         err = "lun " + std::to_string(lun) + " is already in use";
         return false;
     }
-    primary_->request_enumerate();
+    if (notice) primary_->request_notice(Notice::EnumerateBus);
     return true;
 }
 
-void Controller::detach(uint8_t lun) {
+void Controller::detach(uint8_t lun, bool notice) {
     if (lun >= kMaxLuns) return;
     // The only allocation comes before the LUN changes: a detach that throws changed nothing.
     std::vector<Queue*> queues;
@@ -127,7 +127,54 @@ void Controller::detach(uint8_t lun) {
     for (Queue* q : queues) q->wait_batch_boundary();
     // Only once no round can still submit to it.
     if (old && old->submit_may_block()) blocking_disks_.fetch_sub(1);
-    primary_->request_enumerate();
+    for (Queue* q : queues) q->lun_detached(lun);
+    if (notice) primary_->request_notice(Notice::EnumerateBus);
+}
+
+bool Controller::notify(Notice n, std::string& err) {
+    if (primary_->request_notice(n)) return true;
+    err = "no storvsc session: the guest has not opened the controller's channel";
+    return false;
+}
+
+void Controller::set_reset_answer(ResetAnswer a) {
+    reset_answer_.store(a);
+    std::vector<Queue*> queues;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& c : channels_) queues.push_back(c.get());
+    }
+    // Outside mu_, as every wake: a round the wake-up runs at once never waits for it.
+    for (Queue* q : queues) q->wake_for_resets();
+}
+
+bool parse_reset_answer(std::string_view text, ResetAnswer& out, std::string& err) {
+    for (ResetAnswer a : {ResetAnswer::Answer, ResetAnswer::Ignore, ResetAnswer::Fail}) {
+        if (text == reset_answer_name(a)) {
+            out = a;
+            return true;
+        }
+    }
+    err = "reset=" + std::string(text) + " is not one of answer, ignore, fail";
+    return false;
+}
+
+const char* reset_answer_name(ResetAnswer a) {
+    switch (a) {
+    case ResetAnswer::Ignore: return "ignore";
+    case ResetAnswer::Fail: return "fail";
+    default: return "answer";
+    }
+}
+
+bool parse_notice(std::string_view text, Notice& out, std::string& err) {
+    if (text == "enumerate-bus") out = Notice::EnumerateBus;
+    else if (text == "remove-device") out = Notice::RemoveDevice;
+    else {
+        err = "notify=" + std::string(text) + " is not one of enumerate-bus, remove-device";
+        return false;
+    }
+    return true;
 }
 
 scsi::Disk* Controller::lookup(uint8_t path, uint8_t target, uint8_t lun) {
@@ -162,6 +209,12 @@ ControllerStats Controller::stats() const {
         s.srb_errors += q.srb_errors;
         s.bad_packets += q.bad_packets;
         s.open_channels += q.open;
+        s.reset_lun += q.reset_lun;
+        s.reset_bus += q.reset_bus;
+        s.reset_adapter += q.reset_adapter;
+        s.resets_held += q.resets_held;
+        s.enumerate_bus_sent += q.enumerate_bus_sent;
+        s.remove_device_sent += q.remove_device_sent;
     }
     return s;
 }

@@ -57,16 +57,28 @@ bool Queue::is_open() const {
     return runtime_ != nullptr;
 }
 
-void Queue::request_enumerate() {
+bool Queue::request_notice(Notice n) {
     std::lock_guard lock(mu_);
-    if (!runtime_) return; // the guest scans when it connects
-    enumerate_ = true;
+    if (!runtime_) return false; // the guest scans when it connects
+    notices_.fetch_or(1u << unsigned(n));
     runtime_->wake();
+    return true;
 }
 
 void Queue::notice_may_go() {
     std::lock_guard lock(mu_);
-    if (runtime_ && enumerate_) runtime_->wake();
+    if (runtime_ && notices_.load()) runtime_->wake();
+}
+
+void Queue::wake_for_resets() {
+    std::lock_guard lock(mu_);
+    if (runtime_) runtime_->wake();
+}
+
+void Queue::lun_detached(uint8_t lun) {
+    if (lun >= Controller::kMaxLuns) return;
+    luns_gone_.fetch_or(uint64_t{1} << lun);
+    wake_for_resets();
 }
 
 uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
@@ -81,8 +93,9 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
         ctl_.session_++;
         ctl_.ready_ = false;
         ctl_.srb_seen_ = false;
-        enumerate_ = false;
+        notices_ = 0;
     }
+    luns_gone_ = 0; // the new session holds no reset yet
     session_ = ctl_.session_.load();
     log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
@@ -175,19 +188,60 @@ void Queue::on_wake(vmbus::ChannelRuntime& ch) {
     unsent_.erase(unsent_.begin(), unsent_.begin() + std::ptrdiff_t(sent));
     for (IoContext* ctx : done_swap_) complete(ch, ctx);
     done_swap_.clear();
-    // The rescan notice waits until the guest can take it (its first SRB after the
-    // handshake: before that, Linux would queue the notice's work on a workqueue it has not
-    // created yet), and must not take the room of a completion owed: room for all of them,
-    // plus itself.
-    if (enumerate_ && ctl_.srb_seen_.load() && ch.reserve_out((outstanding_ + 1) * kCompletionBytes)) {
+    answer_held_resets(ch);
+    send_notices(ch);
+}
+
+// A notice waits until the guest can take it (its first SRB after the handshake: before
+// that, Linux would queue the notice's work on a workqueue it has not created yet), and must
+// not take the room of an answer owed: room for all of them, plus itself.
+void Queue::send_notices(vmbus::ChannelRuntime& ch) {
+    if (!notices_.load() || !ctl_.srb_seen_.load()) return;
+    for (const Notice n : {Notice::EnumerateBus, Notice::RemoveDevice}) {
+        const uint32_t bit = 1u << unsigned(n);
+        if (!(notices_.load() & bit)) continue;
+        if (!ch.reserve_out((owed() + 1) * kCompletionBytes)) return;
+        // Cleared before it is sent: a request that comes meanwhile sends another.
+        notices_.fetch_and(~bit);
         VstorPacket p{};
-        p.operation = static_cast<uint32_t>(Operation::EnumerateBus);
-        if (ch.send(vmbus::PacketType::DataInband, 0, 0,
-                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), sizeof p))) {
-            enumerate_ = false;
+        const bool enumerate = n == Notice::EnumerateBus;
+        p.operation = static_cast<uint32_t>(enumerate ? Operation::EnumerateBus : Operation::RemoveDevice);
+        if (!ch.send(vmbus::PacketType::DataInband, 0, 0,
+                     std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&p), sizeof p))) {
+            notices_.fetch_or(bit);
+            return;
+        }
+        if (enumerate) {
+            enumerate_sent_.inc();
             trace<HVSTOR_TRACE_storvsp_enumerate>(ctl_.host_, ch.relid());
+        } else {
+            remove_device_sent_.inc();
+            trace<HVSTOR_TRACE_storvsp_remove_device>(ctl_.host_, ch.relid());
         }
     }
+}
+
+// Resets held under ResetAnswer::Ignore: answered once the setting is another (as it says),
+// and a RESET_LUN whose LUN was detached (with success: there is nothing left to reset).
+void Queue::answer_held_resets(vmbus::ChannelRuntime& ch) {
+    const uint64_t gone = luns_gone_.exchange(0);
+    if (held_resets_.empty()) return;
+    const ResetAnswer a = ctl_.reset_answer_.load();
+    size_t kept = 0;
+    for (HeldReset& h : held_resets_) {
+        const VmscsiRequest& srb = h.packet.srb;
+        const bool lun_gone = static_cast<Operation>(h.packet.operation) == Operation::ResetLun &&
+                              srb.path_id == 0 && srb.target_id == 0 && srb.lun < Controller::kMaxLuns &&
+                              (gone >> srb.lun & 1);
+        if (a == ResetAnswer::Ignore && !lun_gone) {
+            held_resets_[kept++] = h;
+            continue;
+        }
+        const bool fail = a == ResetAnswer::Fail && !lun_gone;
+        answer_control(ch, h.trans_id, h.packet, h.len, fail ? kStatusUnsuccessful : kStatusSuccess);
+    }
+    held_resets_.resize(kept);
+    resets_held_seen_.store(uint32_t(kept), std::memory_order_relaxed);
 }
 
 bool Queue::may_run_inline(vmbus::ChannelRuntime&) {
@@ -224,8 +278,8 @@ bool Queue::can_accept(vmbus::ChannelRuntime& ch) {
         return false;
     }
     // Never take a request whose completion might not fit: room for every completion
-    // still owed, plus this one.
-    return ch.reserve_out((outstanding_ + 1) * kCompletionBytes);
+    // (and held reset's answer) still owed, plus this one.
+    return ch.reserve_out((owed() + 1) * kCompletionBytes);
 }
 
 void Queue::on_stop(vmbus::ChannelRuntime&) {
@@ -238,6 +292,9 @@ void Queue::on_stop(vmbus::ChannelRuntime&) {
     done_.clear();
     unsent_.clear();
     outstanding_ = 0;
+    // Held resets go unanswered: the guest closed the channel, as for completions owed.
+    held_resets_.clear();
+    resets_held_seen_.store(0, std::memory_order_relaxed);
     outstanding_seen_.store(0, std::memory_order_relaxed);
     state_ = InitState::Start;
 }
@@ -337,8 +394,7 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
     case Operation::ResetLun:
     case Operation::ResetBus:
     case Operation::ResetAdapter:
-        // Requests already taken still complete normally.
-        break;
+        return reset(ch, trans_id, p, len);
     default:
         status = kStatusInvalidDeviceRequest;
         why = "unknown operation";
@@ -350,6 +406,26 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
             log_("%s operation %u: %s", primary ? "primary" : "subchannel", unsigned(p.operation), why);
     }
     answer_control(ch, trans_id, p, len, status);
+}
+
+// RESET_LUN, RESET_BUS, RESET_ADAPTER: counted, then answered as the controller's
+// ResetAnswer says. Requests already taken still complete normally.
+void Queue::reset(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len) {
+    const auto op = static_cast<Operation>(p.operation);
+    (op == Operation::ResetLun ? reset_lun_ : op == Operation::ResetBus ? reset_bus_ : reset_adapter_).inc();
+    switch (ctl_.reset_answer_.load()) {
+    case ResetAnswer::Answer:
+        return answer_control(ch, trans_id, p, len, kStatusSuccess);
+    case ResetAnswer::Fail:
+        return answer_control(ch, trans_id, p, len, kStatusUnsuccessful);
+    case ResetAnswer::Ignore:
+        break;
+    }
+    // The room of its answer was kept when the packet was taken (can_accept), and stays
+    // kept while it is held (owed()).
+    held_resets_.push_back({trans_id, p, len});
+    resets_held_seen_.store(uint32_t(held_resets_.size()), std::memory_order_relaxed);
+    trace<HVSTOR_TRACE_storvsp_reset_held>(ctl_.host_, ch.relid(), p.operation);
 }
 
 void Queue::answer_control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len,
@@ -480,6 +556,7 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
     c.iov = nullptr;
     c.iovcnt = 0;
     c.xfer_len = 0;
+    c.transport = {};
 
     const VmscsiRequest& srb = p.srb;
     const uint8_t data_in = srb.data_in;
@@ -561,6 +638,24 @@ void Queue::release(IoContext* ctx) {
     pool_exhausted_ = false;
 }
 
+namespace {
+
+// A fault's answer (scsi::TransportAnswer) in place of what the command's status implies.
+void apply_transport(const scsi::TransportAnswer& t, VstorPacket& r) {
+    if (t.op) r.status = t.op_status;
+    if (!t.srb) return;
+    VmscsiRequest& srb = r.srb;
+    srb.srb_status = t.srb_status;
+    srb.scsi_status = t.scsi_status;
+    std::memset(srb.cdb_or_sense, 0, kSenseBytes);
+    const auto n = uint8_t(std::min<size_t>({t.sense_len, kSenseBytes, t.sense.size()}));
+    std::memcpy(srb.cdb_or_sense, t.sense.data(), n);
+    srb.sense_info_length = n;
+    srb.data_transfer_length = t.data_length;
+}
+
+} // namespace
+
 bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
     const scsi::Command& c = ctx.cmd;
     VstorPacket r = ctx.req;
@@ -587,6 +682,7 @@ bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
             srb.srb_status |= kSrbAutosenseValid;
         }
     }
+    apply_transport(c.transport, r);
     if (!reply(ch, ctx.trans_id, r, ctx.req_len)) return false;
     completions_.inc();
     if (srb.srb_status != kSrbSuccess) srb_errors_.inc();
@@ -636,6 +732,12 @@ ChannelStatsSnapshot Queue::stats() const {
     s.busy = busy_.read();
     s.outstanding = outstanding_seen_.load(std::memory_order_relaxed);
     s.max_outstanding = max_outstanding_.load(std::memory_order_relaxed);
+    s.reset_lun = reset_lun_.read();
+    s.reset_bus = reset_bus_.read();
+    s.reset_adapter = reset_adapter_.read();
+    s.resets_held = resets_held_seen_.load(std::memory_order_relaxed);
+    s.enumerate_bus_sent = enumerate_sent_.read();
+    s.remove_device_sent = remove_device_sent_.read();
     return s;
 }
 

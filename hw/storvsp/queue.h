@@ -55,10 +55,15 @@ public:
     uint32_t relid() const { return relid_.load(); }
     void set_relid(uint32_t r) { relid_.store(r); }
     bool is_open() const;
-    // The primary's: tell the guest to rescan (ENUMERATE_BUS) once it can take the notice
-    // (Controller::srb_seen_); then notice_may_go() sends one held back.
-    void request_enumerate();
+    // The primary's: send the guest `n` (ENUMERATE_BUS, REMOVE_DEVICE) once it can take the
+    // notice (Controller::srb_seen_); then notice_may_go() sends one held back. False when
+    // the channel is not open (the guest scans when it connects).
+    bool request_notice(Notice n);
     void notice_may_go();
+    // Any thread: the next round looks at held resets again (the controller's ResetAnswer
+    // changed), or answers a RESET_LUN held for `lun`, which is gone.
+    void wake_for_resets();
+    void lun_detached(uint8_t lun);
 
     // From any thread: a command finished.
     void done(IoContext* ctx);
@@ -92,8 +97,19 @@ public:
 
 private:
     enum class InitState { Start, Initializing, VersionAgreed, Ready };
+    // A reset received under ResetAnswer::Ignore, to be answered later.
+    struct HeldReset {
+        uint64_t trans_id;
+        VstorPacket packet;
+        uint32_t len;
+    };
 
     void control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
+    void reset(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
+    void answer_held_resets(vmbus::ChannelRuntime& ch);
+    void send_notices(vmbus::ChannelRuntime& ch);
+    // Completions (and answers) this channel owes: room in the ring is kept for each.
+    uint32_t owed() const { return outstanding_ + uint32_t(held_resets_.size()); }
     // Answers a control operation with `status` (COMPLETE_IO), traced.
     void answer_control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len, uint32_t status);
     void execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
@@ -124,11 +140,14 @@ private:
     // bus allows no reopen before it is done, so one is enough).
     std::thread closer_;
     std::atomic<bool> closing_{false};
-    std::atomic<bool> enumerate_{false};
+    std::atomic<uint32_t> notices_{0};   // bit 1 << Notice: to send
+    std::atomic<uint64_t> luns_gone_{0}; // bit per LUN detached: its held RESET_LUNs are answered
 
     // Counted by the worker, read by stats() from any thread.
     vmbus::ChannelStats ring_stats_;
     WorkerCounter srbs_, completions_, srb_errors_, bad_packets_, busy_;
+    WorkerCounter reset_lun_, reset_bus_, reset_adapter_, enumerate_sent_, remove_device_sent_;
+    std::atomic<uint32_t> resets_held_seen_{0}; // held_resets_.size(), for stats()
     std::atomic<uint32_t> outstanding_seen_{0}, max_outstanding_{0}; // worker stores, relaxed
 
     // Worker thread only (its prefix is set in on_open, before the worker starts).
@@ -142,6 +161,7 @@ private:
     std::atomic<uint64_t> batch_seq_{0};
     bool in_batch_ = false;
     bool pool_exhausted_ = false; // since the last look at the ring found no free slot
+    std::vector<HeldReset> held_resets_;
 
     // Completed commands, from any thread to the worker.
     std::mutex done_mu_;

@@ -116,7 +116,7 @@ std::string take(char*& err) {
 constexpr uint16_t kPort = 0x5A58;
 constexpr uint8_t kInstance[16] = {0x1b, 0x78, 0xb3, 0xf8, 0x82, 0x1e, 0x18, 0x48,
                                    0xa1, 0xc3, 0x63, 0xd8, 0x06, 0xec, 0x15, 0x00};
-constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0", 0, nullptr, 0};
+constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0", 0, nullptr, 0, nullptr};
 
 class CAbiTest : public ::testing::Test {
 protected:
@@ -330,6 +330,59 @@ TEST_F(CAbiTest, FaultsAtCreationAndAtRunTime) {
     EXPECT_EQ(take(err), "no disk");
 }
 
+// hv-disk's srb= and opstatus= faults, accepted or refused with the value named.
+TEST_F(CAbiTest, TransportFaultsAreCheckedAtTheBoundary) {
+    HvstorController* c = controller();
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0);
+    d.fault = "srb=aborted,scsi=check-condition,sense=6/2a/09,count=1";
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    EXPECT_FALSE(hvstor_disk_set_fault(disk, "srb=error,sense=6/2a", &err));
+    EXPECT_EQ(take(err), "fault: sense=6/2a is not KEY/ASC/ASCQ in hex (KEY 0..f, ASC and ASCQ 00..ff, e.g. 3/11/00)");
+    EXPECT_FALSE(hvstor_disk_set_fault(disk, "opstatus=1", &err));
+    EXPECT_EQ(take(err), "fault: opstatus=1 is not a 32-bit hex number 0x0..0xffffffff");
+    EXPECT_TRUE(hvstor_disk_set_fault(disk, "srb=0x81,opstatus=0xc0000001", &err)) << take(err);
+    EXPECT_TRUE(hvstor_disk_set_fault(disk, "opstatus=0x1", &err)) << take(err);
+}
+
+// hv-storvsc's reset and notify: checked values, a refusal without a session, the setting
+// read back; an hv-disk without notices.
+TEST_F(CAbiTest, ControllerResetAndNotify) {
+    char* err = nullptr;
+    HvstorControllerConfig cfg = kController;
+    cfg.reset = "sometimes";
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "reset=sometimes is not one of answer, ignore, fail");
+    cfg.reset = "ignore";
+    HvstorController* c = hvstor_controller_new(vb, kInstance, &cfg, &err);
+    ASSERT_NE(c, nullptr) << take(err);
+    char* now = hvstor_controller_reset(c);
+    EXPECT_STREQ(now, "ignore");
+    std::free(now);
+    EXPECT_FALSE(hvstor_controller_set_reset(c, "never", &err));
+    EXPECT_EQ(take(err), "reset=never is not one of answer, ignore, fail");
+    EXPECT_TRUE(hvstor_controller_set_reset(c, "fail", &err)) << take(err);
+    now = hvstor_controller_reset(c);
+    EXPECT_STREQ(now, "fail");
+    std::free(now);
+    EXPECT_FALSE(hvstor_controller_set_reset(nullptr, "fail", &err));
+    EXPECT_EQ(take(err), "no controller");
+    EXPECT_EQ(hvstor_controller_reset(nullptr), nullptr);
+    EXPECT_FALSE(hvstor_controller_notify(c, "hello", &err));
+    EXPECT_EQ(take(err), "notify=hello is not one of enumerate-bus, remove-device");
+    EXPECT_FALSE(hvstor_controller_notify(c, "enumerate-bus", &err));
+    EXPECT_EQ(take(err), "notify=enumerate-bus: no storvsc session: the guest has not opened the controller's channel");
+    EXPECT_FALSE(hvstor_controller_notify(nullptr, "enumerate-bus", &err));
+    EXPECT_EQ(take(err), "no controller");
+    HvstorDiskConfig d = ram(0);
+    d.without_notices = true;
+    HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
+    ASSERT_NE(disk, nullptr) << take(err);
+    EXPECT_TRUE(hvstor_disk_resize(disk, 512 << 10, &err)) << take(err);
+    EXPECT_TRUE(hvstor_disk_free(c, disk, &err)) << take(err);
+}
+
 TEST_F(CAbiTest, ResizeAtRunTimeAndItsErrors) {
     HvstorController* c = controller();
     char* err = nullptr;
@@ -389,7 +442,9 @@ TEST_F(CAbiTest, ControllerAndBusStatsAsJson) {
     char* json = hvstor_controller_stats_json(c);
     ASSERT_NE(json, nullptr);
     EXPECT_STREQ(json, R"({"srbs":0,"completions":0,"srb_errors":0,"bad_packets":0,"subchannels_offered":0,)"
-                       R"("open_channels":0,"channels":[{"index":0,"relid":1,"open":false,"packets_in":0,)"
+                       R"("open_channels":0,"reset_lun":0,"reset_bus":0,"reset_adapter":0,"resets_held":0,)"
+                       R"("enumerate_bus_sent":0,"remove_device_sent":0,)"
+                       R"("channels":[{"index":0,"relid":1,"open":false,"packets_in":0,)"
                        R"("packets_out":0,"srbs":0,"completions":0,"srb_errors":0,"bad_packets":0,)"
                        R"("guest_signals":0,"interrupts":0,"wakeups":0,"inline_rounds":0,"ring_full_waits":0,"busy":0,)"
                        R"("outstanding":0,"max_outstanding":0}]})");

@@ -97,7 +97,9 @@ def ring_seeds() -> Seeds:
 
 # ---------------------------------------------------------------------------------------------
 # storvsp_packets (tests/fuzz/storvsp_packets.cc)
-S_CONTROL, S_SRB, S_RAW, S_SETTLE, S_OPENSUB, S_USE, S_CLOSE, S_REOPEN, S_LUN, S_MEM, S_HANDSHAKE = range(11)
+S_CONTROL, S_SRB, S_RAW, S_SETTLE, S_OPENSUB, S_USE, S_CLOSE, S_REOPEN, S_LUN, S_MEM, S_HANDSHAKE, S_HOST = range(12)
+H_ANSWER, H_IGNORE, H_FAIL, H_ENUMERATE, H_REMOVE_DEVICE, H_FAULT = range(6)
+OP_RESET_ADAPTER = 5
 OP_EXECUTE_SRB, OP_RESET_LUN, OP_RESET_BUS, OP_BEGIN, OP_END, OP_QUERY_VERSION, OP_QUERY_PROPS, OP_CREATE_SUB = 3, 4, 6, 7, 8, 9, 10, 13
 DATA_WRITE, DATA_READ, DATA_NONE = 0, 1, 2
 DATA_AREA = 0x40000
@@ -214,6 +216,20 @@ def storvsp_seeds() -> Seeds:
                                          rec(S_USE, u8(1)), s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, boff=0x1000),
                                          rec(S_USE, u8(0)), s_control(OP_RESET_BUS), s_settle(),
                                          rec(S_CLOSE, u8(2)), rec(S_CLOSE, u8(0)), rec(S_REOPEN), rec(S_HANDSHAKE)])
+    # The host's own events: resets held and released (by a setting, by a wait for answers),
+    # failed; notices before and after the first SRB; a fault answering with SRB statuses.
+    s['host-events'] = storvsp_input(0, [
+        rec(S_HOST, u8(H_ENUMERATE)), rec(S_HANDSHAKE), rec(S_HOST, u8(H_REMOVE_DEVICE)),
+        rec(S_HOST, u8(H_IGNORE)), s_control(OP_RESET_BUS), s_control(OP_RESET_LUN),
+        s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, boff=0), rec(S_HOST, u8(H_FAIL)), s_control(OP_RESET_ADAPTER),
+        rec(S_HOST, u8(H_IGNORE)), s_control(OP_RESET_BUS), rec(S_HOST, u8(H_ENUMERATE)), s_settle(),
+        rec(S_HOST, u8(H_FAULT) + b'srb=aborted,scsi=check-condition,sense=6/2a/09,count=1'),
+        s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, boff=0x1000),
+        rec(S_HOST, u8(H_FAULT) + b'srb=data-overrun,data=100000,opstatus=0xc0000001'),
+        s_srb(rw10(0x28, 0, 8), DATA_READ, 4096, boff=0x2000), s_srb(sync10()),
+        rec(S_HOST, u8(H_FAULT) + b'opstatus=0x1,ops=write'), s_srb(rw10(0x2A, 0, 8), DATA_WRITE, 4096, boff=0x3000),
+        rec(S_HOST, u8(H_IGNORE)), s_control(OP_RESET_BUS), rec(S_HOST, u8(H_FAULT) + b'none'),
+        rec(S_LUN, u8(0) + u8(0)), rec(S_CLOSE, u8(0)), rec(S_REOPEN), rec(S_HANDSHAKE), rec(S_HOST, u8(H_ANSWER))])
     # Hostile SRBs: buffers in the MMIO hole, off the end of RAM, far away, made-up ranges;
     # CDB and data_in out of range; longer than max-transfer; an absent LUN and target.
     ranges = u8(2) + u8(2) + u32(4096) + u16(0) + u8(1) + u8(3) + u32(4096) + u16(0x800) + u8(2) + u8(4) + u8(0xFD)
@@ -425,7 +441,25 @@ def scsi_seeds() -> Seeds:
         c_cmd(rw16(0x88, 0, 8), FROM_DEV, 4096, cdb_len=17), c_cmd(bytes([0xC0]), FROM_DEV, 16),
         c_cmd(bytes([0xA0]) + bytes(11), FROM_DEV, 64), c_cmd(rw10(0x2A, 0, 8), FROM_DEV, 4096),
         c_cmd(rw10(0x28, 0, 8), TO_DEV, 100)])
+    s['faults'] = u8(0) + b''.join([
+        fault_text('srb=aborted,scsi=check-condition,sense=6/2a/09,ops=read,count=1'),
+        c_cmd(rw10(0x28, 0, 8), FROM_DEV, 4096), c_cmd(rw10(0x28, 8, 8), FROM_DEV, 4096, flags=1),
+        fault_text('srb=success,data=2048,ops=read,lba=0-15'), c_cmd(rw10(0x28, 0, 8), FROM_DEV, 4096, 3, flags=1),
+        fault_text('stall=hold,ops=write'), c_cmd(rw10(0x2A, 0, 8), TO_DEV, 4096, flags=1),
+        fault_text('srb=data-overrun,data=1024,opstatus=0xc0000001,every=2'),
+        c_cmd(rw16(0x88, 16, 8), FROM_DEV, 4096), c_cmd(rw16(0x8A, 16, 8), TO_DEV, 4096, flags=1),
+        fault_text('opstatus=0xc0000185,ops=flush'), c_cmd(sync10(), flags=1),
+        fault_text('srb=0x81,percent=50,seed=3'), c_cmd(rw6(0x08, 1, 1), FROM_DEV, 512, flags=1),
+        fault_text('srb=success,scsi=check-condition,ops=any'), c_cmd(rw12(0xA8, 2, 2), FROM_DEV, 1024, flags=1),
+        fault_text('srb=error,sense=3/11/00,autosense=off,data=512'), c_cmd(rw10(0x28, 0, 1), FROM_DEV, 512, flags=1),
+        fault_text('srb=0x12,sense=zz'), fault_text('srb=invalid-lun,scsi=0x28'), fault_text('none'),
+        c_cmd(rw10(0x28, 0, 8), FROM_DEV, 4096, flags=1)])
     return s
+
+
+def fault_text(text: str) -> bytes:
+    """A record that sets the disk's fault (hv-disk's fault= text)."""
+    return rec(1, text.encode())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,19 +2,25 @@
 // VERIFY, WRITE SAME, UNMAP, INQUIRY and its VPD pages, MODE SENSE/SELECT, READ CAPACITY,
 // SYNCHRONIZE CACHE, REQUEST SENSE, PERSISTENT RESERVE IN, ...) and any other byte, with any
 // CDB length, transfer length and split of the buffer, in batches; plus the controller's
-// helpers for an absent LUN and REPORT LUNS.
+// helpers for an absent LUN and REPORT LUNS; and the disk's injected faults (hv-disk's
+// fault= text, hvstor/scsi/fault.h), set between commands while earlier ones are held.
 //
 // Input: a mode byte (bit 0: null backend instead of RAM, bit 1: a VPD serial, bits 2-3: the
-// disk's size), then one record (fuzz_common.h) per command:
+// disk's size), then records (fuzz_common.h). Type 1: the body is a fault's text, parsed and,
+// when it parses, set on the disk. Any other type: one command:
 //   u8 flags (bit 0: submit the batch after this one; bits 1-2: 0 the disk, 1 the absent-LUN
 //   answer, 2 REPORT LUNS with a LUN list from the data), u8 direction (0 none, 1 to the
 //   device, 2 from it), u32 transfer length, u8 buffer pieces, u8 CDB length, 16 CDB bytes,
 //   then data for the buffer (repeated).
 // Each buffer piece is a heap block of its own, so ASan sees any access past it. Checked:
 // every command completes exactly once, never reports more data than its transfer length or
-// more than 18 bytes of sense, and ends GOOD, CHECK CONDITION (with sense) or BUSY.
+// more than 18 bytes of sense, and ends GOOD, CHECK CONDITION (with sense) or BUSY; a fault's
+// transport answer stays on a command only when the disk did not fail it, with 0 or 18 bytes
+// of sense; a fault text that is refused has a message and leaves the spec as it was, one
+// that parses has every value in its range.
 #include <deque>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "fuzz_common.h"
@@ -55,6 +61,31 @@ void check(const Item& it) {
     FUZZ_CHECK(c.status == scsi::kStatusGood || c.status == scsi::kStatusCheckCondition ||
                c.status == scsi::kStatusBusy);
     if (c.status == scsi::kStatusCheckCondition) FUZZ_CHECK(c.sense_len > 0);
+    const scsi::TransportAnswer& t = c.transport;
+    if (t.srb) FUZZ_CHECK(c.status == scsi::kStatusGood && (t.sense_len == 0 || t.sense_len == 18));
+}
+
+void check_spec(std::string_view text, const scsi::FaultSpec& f) {
+    using A = scsi::FaultSpec::Action;
+    FUZZ_CHECK(f.every >= 1 && f.every <= 1000000 && f.percent >= 1 && f.percent <= 100);
+    FUZZ_CHECK(f.lba_first <= f.lba_last && f.stall_ms <= 3600000 && (f.reads || f.writes || f.flushes));
+    FUZZ_CHECK((f.action == A::None) == (text.empty() || text == "none"));
+    if (f.action != A::Srb) FUZZ_CHECK(!f.has_sense && !f.has_data && f.srb_status == 0 && f.scsi_status == 0);
+    if (f.action == A::OpStatus) FUZZ_CHECK(f.has_op_status);
+    if (f.has_sense) FUZZ_CHECK(f.sense_key <= 0xF);
+}
+
+// A record of type 1: the fault's text, set on the disk when it parses.
+void set_fault(scsi::Disk& disk, std::span<const uint8_t> body) {
+    const std::string_view text(reinterpret_cast<const char*>(body.data()), body.size());
+    scsi::FaultSpec f;
+    std::string err;
+    if (!scsi::parse_fault(text, f, err)) {
+        FUZZ_CHECK(!err.empty() && f == scsi::FaultSpec{});
+        return;
+    }
+    check_spec(text, f);
+    disk.set_fault(f);
 }
 
 // A write's data: the record's bytes over and over (a counting pattern without any).
@@ -90,6 +121,10 @@ void run(Reader& in) {
         size_t bytes = 0;
         Record r;
         for (int n = 0; n < 64 && next_record(in, r); n++) {
+            if (r.type == 1) {
+                set_fault(disk, r.body);
+                continue;
+            }
             Reader b(r.body);
             const uint8_t flags = b.u8();
             const uint8_t dir = b.u8() % 3;
@@ -141,6 +176,7 @@ void run(Reader& in) {
             }
         }
         submit();
+        disk.stop_faults(); // what a stall holds goes to the backend, to be drained
         be->drain();
     }
     for (const Item& it : items) check(it);

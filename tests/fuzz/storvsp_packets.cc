@@ -2,6 +2,8 @@
 // EXECUTE_SRB with hostile CDB, sense and data lengths, LUNs, and GPA-direct ranges in RAM,
 // in the MMIO hole, past the end of RAM or made up; raw packets with any descriptor. The
 // controller sits on a loopback bus (no partition or server) with a RAM disk and a null disk.
+// Between packets the host's own events: how resets are answered (held ones released at the
+// next wait for answers), rescan notices, a fault on the RAM disk (srb= answers among them).
 //
 // Input: a mode byte (bit 0: flip, bit 1: the null disk on LUN 1, bits 2-3: the newest protocol
 // version offered, bit 4: the channels turn in an event loop this thread runs after each
@@ -50,7 +52,9 @@ enum Rec : uint8_t {
     kReopen = 7,    // reopen the primary with fresh rings
     kLun = 8,       // u8 lun (0 or 1), u8 attach: hot remove or add a disk
     kGuestMem = 9,  // u32 offset, bytes: the guest writes its data buffers
-    kHandshake = 10 // the Linux init sequence on the current channel
+    kHandshake = 10, // the Linux init sequence on the current channel
+    kHost = 11,      // u8 event: 0 reset=answer, 1 reset=ignore, 2 reset=fail, 3 notify=enumerate-bus,
+                     // 4 notify=remove-device, 5 the RAM disk's fault (the rest: its text)
 };
 
 const uint16_t kVersions[] = {kVersionWin10, kVersionWin8_1, kVersionWin8, kVersionWin10};
@@ -141,7 +145,7 @@ public:
 
     void record(const Record& r) {
         Reader b(r.body);
-        switch (r.type % 11) {
+        switch (r.type % 12) {
         case kControl: control(b); break;
         case kSrb: srb(b); break;
         case kRaw: raw(b); break;
@@ -174,11 +178,32 @@ public:
             break;
         }
         case kHandshake: handshake(); break;
+        case kHost: host_event(b); break;
         }
     }
 
 private:
     void signal(Chan& c) { bus_.signal(c.g.relid); }
+
+    void host_event(Reader& b) {
+        const uint8_t what = b.u8() % 6;
+        std::string err;
+        if (what < 3) {
+            ctl_->set_reset_answer(ResetAnswer(what));
+        } else if (what < 5) {
+            (void)ctl_->notify(what == 3 ? Notice::EnumerateBus : Notice::RemoveDevice, err); // no session: refused
+        } else {
+            auto text = b.bytes(b.left());
+            scsi::FaultSpec f;
+            // A stall would hold answers the rig waits for (scsi_cdb fuzzes those).
+            if (!scsi::parse_fault(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), f, err) ||
+                f.action == scsi::FaultSpec::Action::Stall)
+                return;
+            disks_[0]->set_fault(f);
+            // An srb= answer reports what it says, the data length included.
+            answers_as_told_ |= f.action == scsi::FaultSpec::Action::Srb;
+        }
+    }
 
     void open(uint32_t slot, uint32_t relid) {
         Chan& c = chans_[slot];
@@ -387,7 +412,7 @@ private:
         VstorPacket p{};
         std::memcpy(&p, pk.payload.data(), std::min(pk.payload.size(), sizeof p));
         FUZZ_CHECK(p.operation == uint32_t(Operation::CompleteIo));
-        if (it->second.srb && p.status == kStatusSuccess && pk.payload.size() >= 20) {
+        if (it->second.srb && p.status == kStatusSuccess && pk.payload.size() >= 20 && !answers_as_told_) {
             FUZZ_CHECK(p.srb.data_transfer_length <= it->second.len);
             FUZZ_CHECK(p.srb.sense_info_length <= kSenseBytes);
         }
@@ -405,6 +430,9 @@ private:
     // framing off after a raw packet) a request may never be answered: it stops once no
     // answer came for 2 ms.
     void settle() {
+        // Held resets are owed too: from here they are answered (the unit tests hold them
+        // across closes and machine resets).
+        if (ctl_->reset_answer() == ResetAnswer::Ignore) ctl_->set_reset_answer(ResetAnswer::Answer);
         auto moved_at = std::chrono::steady_clock::now();
         for (;;) {
             bool progress = loop_ && loop_->run_ready(), all = true, owed = false;
@@ -436,6 +464,7 @@ private:
     Chan chans_[kMaxChannels];
     uint32_t cur_ = 0;
     int sent_ = 0;
+    bool answers_as_told_ = false; // a fault's srb= answers may report any length
     std::unique_ptr<Flipper> flipper_;
 };
 

@@ -43,15 +43,16 @@ TEST(FaultText, ParsesEverySetting) {
 
 TEST(FaultText, BadSettingsAreNamed) {
     EXPECT_EQ(parse_error("error=fire"), "fault: error=fire is not one of medium, not-ready, unit-attention, busy");
-    EXPECT_EQ(parse_error("ops=read"), "fault: no action (error=... or stall=...)");
-    EXPECT_EQ(parse_error("error=busy,stall=10"), "fault: more than one action (error= or stall=)");
+    EXPECT_EQ(parse_error("ops=read"), "fault: no action (error=, stall=, srb= or opstatus=)");
+    EXPECT_EQ(parse_error("error=busy,stall=10"), "fault: more than one action (error=, stall= or srb=)");
     EXPECT_EQ(parse_error("stall=0"), "fault: stall=0 is not a number in 1..3600000");
     EXPECT_EQ(parse_error("error=busy,percent=101"), "fault: percent=101 is not a number in 1..100");
     EXPECT_EQ(parse_error("error=busy,lba=9-3"), "fault: lba=9-3 is not FIRST or FIRST-LAST (FIRST <= LAST)");
     EXPECT_EQ(parse_error("error=busy,ops=trim"), "fault: ops=trim is not one of read, write, flush, any");
     EXPECT_EQ(parse_error("error=busy,often"), "fault: 'often' is not NAME=VALUE");
     EXPECT_EQ(parse_error("error=busy,when=now"),
-              "fault: unknown setting 'when' (want error=, stall=, ops=, lba=, every=, percent=, seed=, count=)");
+              "fault: unknown setting 'when' (want error=, stall=, srb=, opstatus=, ops=, lba=, every=, percent=, "
+              "seed=, count=; with srb=: scsi=, sense=, data=, autosense=)");
 }
 
 class FaultTest : public ::testing::Test {

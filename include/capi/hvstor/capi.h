@@ -136,6 +136,8 @@ typedef struct HvstorControllerConfig {
      */
     const HvstorEventLoop *loops;
     uint32_t nr_loops;
+    /* How resets are answered, as hvstor_controller_set_reset takes it; NULL: "answer". */
+    const char *reset;
 } HvstorControllerConfig;
 
 /*
@@ -214,6 +216,12 @@ typedef struct HvstorDiskConfig {
     const char *fault;
     /* drive: the storage; copied, and used until the disk is freed. NULL otherwise. */
     const HvstorBlockOps *block;
+    /*
+     * true: none of the device's own notices for this disk, neither ENUMERATE_BUS when it is
+     * attached or detached nor UNIT ATTENTION when its capacity changes; the guest learns of
+     * them only when a test tells it (hvstor_controller_notify, a fault's srb=...,sense=6/2a/09).
+     */
+    bool without_notices;
 } HvstorDiskConfig;
 
 /*
@@ -271,7 +279,25 @@ bool hvstor_disk_resize(HvstorDisk *d, uint64_t bytes, char **err);
 /* The disk's capacity in bytes; 0 for a NULL disk. */
 uint64_t hvstor_disk_size(HvstorDisk *d);
 /*
- * The controller's live statistics: totals and one object per channel (packets, SRBs,
+ * Sends the guest an unsolicited packet on the controller's primary channel:
+ * "enumerate-bus" (VSTOR_OPERATION_ENUMERATE_BUS) or "remove-device" (REMOVE_DEVICE); storvsc
+ * rescans the bus on either. It waits, as the hot-plug notice does, for the guest's first SRB
+ * after its handshake. False with a message in *err (free() it) for another value, or when
+ * the guest has not opened the primary channel (no session to tell).
+ */
+bool hvstor_controller_notify(HvstorController *c, const char *notice, char **err);
+/*
+ * How the controller answers the guest's RESET_LUN, RESET_BUS and RESET_ADAPTER: "answer"
+ * (the default: success), "ignore" (held unanswered until this changes, the channel closes
+ * or, for RESET_LUN, the LUN is detached), "fail" (operation status 0xC0000001). False with a
+ * message in *err (free() it) for another value; nothing changes then.
+ */
+bool hvstor_controller_set_reset(HvstorController *c, const char *answer, char **err);
+/* The current setting, as hvstor_controller_set_reset takes it (malloc'd; free() it). */
+char *hvstor_controller_reset(HvstorController *c);
+/*
+ * The controller's live statistics: totals (with the resets the guest sent, by operation,
+ * those held now, and the rescan notices sent) and one object per channel (packets, SRBs,
  * completions, interrupts, ring-full waits, outstanding and its maximum, bad packets).
  * JSON, malloc'd; NULL on failure or for a NULL controller.
  */

@@ -33,7 +33,9 @@
     X(storvsp_srb_submit, 5)    /* relid, transaction id, lun, cdb opcode, bytes */         \
     X(storvsp_srb_complete, 5)  /* relid, transaction id, srb status, scsi status, bytes */ \
     X(storvsp_srb_busy, 2)      /* relid, outstanding: the ring is left unread */           \
-    X(storvsp_enumerate, 1)     /* relid: the guest is told to rescan */
+    X(storvsp_enumerate, 1)     /* relid: the guest is told to rescan */                    \
+    X(storvsp_remove_device, 1) /* relid: REMOVE_DEVICE sent (hv-storvsc notify=) */         \
+    X(storvsp_reset_held, 2)    /* relid, operation: a reset left unanswered (reset=ignore) */
 
 #define HVSTOR_TRACE_ENUM(name, nargs) HVSTOR_TRACE_##name,
 enum HvstorTraceEvent { HVSTOR_TRACE_EVENTS(HVSTOR_TRACE_ENUM) HVSTOR_TRACE_COUNT };

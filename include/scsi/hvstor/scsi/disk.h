@@ -29,6 +29,20 @@ constexpr uint8_t kSenseNoSense = 0x0, kSenseNotReady = 0x2, kSenseMediumError =
                   kSenseHardwareError = 0x4, kSenseIllegalRequest = 0x5, kSenseUnitAttention = 0x6,
                   kSenseDataProtect = 0x7, kSenseAbortedCommand = 0xB;
 
+// A transport-level answer a fault chose (fault.h: srb=, opstatus=), carried on the command
+// as plain bytes for the storage protocol to apply to the completion it sends: the transport
+// applies them, the SCSI layer never acts on them. Cleared when the command is submitted.
+struct TransportAnswer {
+    bool srb = false;          // the completion carries the fields below, not what status implies
+    uint8_t srb_status = 0;    // SRB status byte, flags included
+    uint8_t scsi_status = 0;   // SCSI status byte
+    uint8_t sense_len = 0;     // bytes of sense (fixed format), 0 for none
+    std::array<uint8_t, 18> sense{};
+    uint32_t data_length = 0;  // bytes reported transferred
+    bool op = false;           // the completion's operation status is op_status
+    uint32_t op_status = 0;
+};
+
 struct Command {
     // In.
     std::array<uint8_t, 16> cdb{};
@@ -45,6 +59,9 @@ struct Command {
     std::array<uint8_t, 18> sense{}; // fixed-format sense data when CHECK CONDITION
     uint8_t sense_len = 0;
     uint32_t data_transferred = 0;   // bytes actually moved (less than xfer_len = short)
+    // What the transport reports instead (a fault's srb= or opstatus=); the fields above stay
+    // what the disk did. A command that ran and failed on the disk keeps its own status.
+    TransportAnswer transport;
 
     // The disk's own, for one backend request per command (no allocation per I/O).
     backend::Request be_req;
@@ -64,13 +81,17 @@ struct DiskConfig {
     std::string serial;                    // VPD 0x80 when set
     uint64_t naa_id = 0;                   // VPD 0x83 NAA designator (0: derived from serial)
     uint32_t max_transfer_bytes = 256 * 1024; // Block Limits VPD; larger commands are refused
+    // A capacity change (resize) is reported to the guest with a unit attention. Off: the
+    // disk changes size silently, and the guest learns of it only when told otherwise (a
+    // fault's srb=...,sense=6/2a/09, a rescan).
+    bool capacity_notice = true;
 };
 
 struct DiskStats {
     std::atomic<uint64_t> reads{0}, writes{0}, flushes{0}, other{0};
     std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
     std::atomic<uint64_t> errors{0};  // commands ending in CHECK CONDITION
-    std::atomic<uint64_t> faults{0};  // injected (fault.h): failed or stalled
+    std::atomic<uint64_t> faults{0};  // injected (fault.h): failed, stalled or answered
     std::atomic<uint64_t> stalled{0}; // held by a stall fault right now
     std::atomic<uint64_t> unit_attentions{0}; // capacity changes reported (resize())
 };

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hvstor/host.h"
@@ -19,6 +20,21 @@
 #include "hvstor/vmbus/event_loop.h"
 
 namespace hvstor::storvsp {
+
+// How the controller answers the guest's RESET_LUN, RESET_BUS and RESET_ADAPTER (hv-storvsc's
+// `reset`): Answer as Hyper-V does (success, outstanding requests untouched); Ignore holds
+// each reset unanswered until the setting changes (then it is answered as the new setting
+// says), its channel closes (the guest closed it: nothing is sent), or, for RESET_LUN, its
+// LUN is detached (answered with success); Fail answers with kStatusUnsuccessful.
+enum class ResetAnswer : uint8_t { Answer, Ignore, Fail };
+// "answer", "ignore", "fail"; false with a message naming the value otherwise.
+bool parse_reset_answer(std::string_view text, ResetAnswer& out, std::string& err);
+const char* reset_answer_name(ResetAnswer a);
+
+// An unsolicited packet for the guest (hv-storvsc's `notify`); storvsc scans the bus on either.
+enum class Notice : uint8_t { EnumerateBus, RemoveDevice };
+// "enumerate-bus", "remove-device"; false with a message naming the value otherwise.
+bool parse_notice(std::string_view text, Notice& out, std::string& err);
 
 struct ControllerConfig {
     // Subchannels offered at most, in addition to the primary. The guest asks for
@@ -41,6 +57,8 @@ struct ControllerConfig {
     // loops.size()] (QEMU: iothread=, iothread-vq-mapping=). The loops outlive the
     // controller.
     std::vector<vmbus::EventLoop*> loops{};
+    // How the guest's resets are answered at first (Controller::set_reset_answer changes it).
+    ResetAnswer reset_answer = ResetAnswer::Answer;
 };
 
 // Each queue preallocates its request pool (outstanding x the largest transfer's page list),
@@ -77,11 +95,19 @@ struct ChannelStatsSnapshot {
     uint64_t ring_full_waits = 0;  // completions waited for room (pending_send_sz)
     uint64_t busy = 0;             // the ring was left unread: every request slot in use
     uint32_t outstanding = 0, max_outstanding = 0;
+    // Resets the guest sent on this channel, by operation, and how many are held now
+    // (ResetAnswer::Ignore); rescan notices sent.
+    uint64_t reset_lun = 0, reset_bus = 0, reset_adapter = 0;
+    uint32_t resets_held = 0;
+    uint64_t enumerate_bus_sent = 0, remove_device_sent = 0;
 };
 
 struct ControllerStats {
     // Sums over the channels.
     uint64_t srbs = 0, completions = 0, srb_errors = 0, bad_packets = 0;
+    uint64_t reset_lun = 0, reset_bus = 0, reset_adapter = 0;
+    uint32_t resets_held = 0;
+    uint64_t enumerate_bus_sent = 0, remove_device_sent = 0;
     uint64_t subchannels_offered = 0;
     uint32_t open_channels = 0;
     std::vector<ChannelStatsSnapshot> channels;  // [0] the primary, then subchannels by index
@@ -101,11 +127,22 @@ public:
     bool start(std::string& err);
 
     // LUN table (target 0, channel/path 0). Attaching or detaching while the guest is
-    // connected tells it to rescan (ENUMERATE_BUS).
-    bool attach(uint8_t lun, scsi::Disk* disk, std::string& err);
+    // connected tells it to rescan (ENUMERATE_BUS), unless `notice` is false (a test then
+    // tells it with notify(), or not at all).
+    bool attach(uint8_t lun, scsi::Disk* disk, std::string& err, bool notice = true);
     // When it returns, no channel worker submits to the disk any more (commands already
-    // submitted still complete: drain the disk's backend before freeing it).
-    void detach(uint8_t lun);
+    // submitted still complete: drain the disk's backend before freeing it). A RESET_LUN
+    // held for the LUN (ResetAnswer::Ignore) is answered.
+    void detach(uint8_t lun, bool notice = true);
+
+    // Any thread: sends `n` to the guest on the primary channel, through the same path as
+    // the hot-plug notice (it waits for the guest's first SRB after its handshake, and
+    // merges with a notice of the same kind not yet sent). False with a message when the
+    // primary channel is not open: no session to tell.
+    bool notify(Notice n, std::string& err);
+    // Any thread. Resets held under Ignore are answered when it changes to another value.
+    void set_reset_answer(ResetAnswer a);
+    ResetAnswer reset_answer() const { return reset_answer_.load(); }
 
     const ControllerConfig& config() const { return cfg_; }
     // Any thread.
@@ -149,6 +186,7 @@ private:
     // Attached disks whose submits may wait: while there is one, no round runs inline (a
     // vCPU thread must not wait for a disk while it holds the BQL).
     std::atomic<uint32_t> blocking_disks_{0};
+    std::atomic<ResetAnswer> reset_answer_{ResetAnswer::Answer};
 };
 
 } // namespace hvstor::storvsp

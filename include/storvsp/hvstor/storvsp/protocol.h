@@ -35,6 +35,7 @@ constexpr uint32_t kStatusRevisionMismatch = 0xC0000059;
 constexpr uint32_t kStatusInvalidDeviceRequest = 0xC0000010;
 constexpr uint32_t kStatusInvalidParameter = 0xC000000D;
 constexpr uint32_t kStatusInvalidDeviceState = 0xC0000184;
+constexpr uint32_t kStatusUnsuccessful = 0xC0000001;
 
 // SRB status values; the guest reads sense data only with AutosenseValid.
 constexpr uint8_t kSrbSuccess = 0x01;
