@@ -13,6 +13,9 @@ PKGS=(
   flex bison python3-tomli
   # the Python tooling's tests (pytest) and its type checker (tests/lint/typecheck.py)
   python3-pytest mypy
+  # the CI recipes' YAML test (tests/docs) and its stubs for mypy; zip for the seed corpora
+  # of ClusterFuzzLite's build.sh (tests/fuzz/test_clusterfuzzlite.py)
+  python3-yaml python3-typeshed zip
   seabios qemu-system-data ipxe-qemu
   busybox-static cpio zstd xz-utils kmod dpkg-dev
   gnuplot-nox

@@ -23,6 +23,8 @@ ALLOWED = {
     "hvstor", ".ci/run",
     "scripts/lib.sh", "scripts/setup-host.sh", "scripts/build-qemu.sh", "scripts/build-module.sh",
     "scripts/build-fio.sh", "scripts/guest-assets.sh",
+    # ClusterFuzzLite's (and OSS-Fuzz's) build script: the builder image runs build.sh.
+    ".clusterfuzzlite/build.sh",
 }
 _SHEBANG = re.compile(rb"^#!\s*\S*(/|env\s+)(ba|da|busybox\s+)?sh\b")
 
