@@ -109,6 +109,12 @@ hvstor::storvsp::ControllerConfig to_cpp(const HvstorControllerConfig& c) {
     std::string err;
     if (c.reset && !hvstor::storvsp::parse_reset_answer(c.reset, cc.reset_answer, err))
         throw hvstor::capi::ConfigError(err);
+    if (c.device_class && !hvstor::storvsp::parse_device_class(c.device_class, cc.device_class, err))
+        throw hvstor::capi::ConfigError(err);
+    if (c.port_wwn && !hvstor::storvsp::parse_wwn(c.port_wwn, "port-wwn", cc.port_wwn, err))
+        throw hvstor::capi::ConfigError(err);
+    if (c.node_wwn && !hvstor::storvsp::parse_wwn(c.node_wwn, "node-wwn", cc.node_wwn, err))
+        throw hvstor::capi::ConfigError(err);
     return cc;
 }
 

@@ -5,6 +5,7 @@
  *
  *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES][,inline-rounds=off]
  *          [,iothread=IOTHREAD][,reset=answer|ignore|fail]
+ *          [,class=scsi|ide|fc][,port-wwn=16 HEX DIGITS,node-wwn=16 HEX DIGITS]
  *   -device '{"driver":"hv-storvsc","id":"scsi0","iothread-vq-mapping":[{"iothread":"io0"},
  *             {"iothread":"io1"}]}'
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
@@ -27,6 +28,11 @@
  * disk has notices=off (nor is a capacity change reported then); hv-storvsc's notify
  * (qom-set enumerate-bus or remove-device) tells it on demand. hv-storvsc's reset
  * chooses how the guest's resets are answered: answer, ignore (held), fail.
+ *
+ * class= chooses which of the three VMBus device classes Linux's storvsc binds the
+ * controller is offered as: scsi (the default), ide (Generation 1's IDE accelerator: one
+ * disk at LUN 0, no subchannels) or fc (a Fibre Channel HBA whose port-wwn and node-wwn
+ * the guest asks for). ("type" is every QOM object's own, the type name.)
  *
  * Both have a "stats" property (JSON, for QMP qom-get): per channel for the
  * controller, the disk's I/O for hv-disk. hv-disk's "capacity" (bytes) reads the
@@ -81,6 +87,9 @@ struct HvStorvsc {
     IOThreadVirtQueueMappingList *iothread_vq_mapping;  /* or spread over these */
     char *reset;           /* reset=: answer, ignore, fail (also qom-set) */
     char *notify;          /* the last notice sent (notify=, qom-set only) */
+    char *device_class;    /* class=: scsi (NULL), ide, fc */
+    char *port_wwn;        /* class=fc: port-wwn=, node-wwn= (defaults set at realize) */
+    char *node_wwn;
     HvstorController *ctl;
 };
 
@@ -222,6 +231,43 @@ static bool hv_storvsc_loops(HvStorvsc *s, HvstorControllerConfig *cfg,
     return true;
 }
 
+static bool hv_storvsc_is(HvStorvsc *s, const char *device_class)
+{
+    return s->device_class && !strcmp(s->device_class, device_class);
+}
+
+/*
+ * Defaults stable per controller index, so guests see the same device each boot: the
+ * instance GUID (an IDE accelerator's as Hyper-V makes it: channel, then target 0, then
+ * 8899) and an FC HBA's WWNs. The model checks every value.
+ */
+static void hv_storvsc_defaults(HvStorvsc *s, unsigned index)
+{
+    if (!s->device_class) {
+        s->device_class = g_strdup("scsi"); /* what qom-get reads back */
+    }
+    if (qemu_uuid_is_null(&s->instance)) {
+        if (hv_storvsc_is(s, "ide")) {
+            g_autofree char *text =
+                g_strdup_printf("%08x-0000-8899-0000-000000000000", index);
+            qemu_uuid_parse(text, &s->instance);
+        } else {
+            qemu_uuid_parse("f8b3781b-1e82-4818-a1c3-63d806ec1500", &s->instance);
+            s->instance.data[15] = index;
+        }
+    }
+    if (hv_storvsc_is(s, "fc")) {
+        uint64_t node = 0xc003ff0000ff0000ull | (uint64_t)(index & 0xff) << 8;
+
+        if (!s->node_wwn) {
+            s->node_wwn = g_strdup_printf("%016" PRIx64, node);
+        }
+        if (!s->port_wwn) {
+            s->port_wwn = g_strdup_printf("%016" PRIx64, node | 1);
+        }
+    }
+}
+
 static void hv_storvsc_realize(DeviceState *dev, Error **errp)
 {
     HvStorvsc *s = HV_STORVSC(dev);
@@ -237,11 +283,7 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     if (!vb) {
         return;
     }
-    if (qemu_uuid_is_null(&s->instance)) {
-        /* Stable per controller index, so guests see the same device each boot. */
-        qemu_uuid_parse("f8b3781b-1e82-4818-a1c3-63d806ec1500", &s->instance);
-        s->instance.data[15] = controller_count;
-    }
+    hv_storvsc_defaults(s, controller_count);
     controller_count++;
     /* VMBus carries GUIDs with the first three fields little-endian. */
     le = qemu_uuid_bswap(s->instance);
@@ -250,15 +292,21 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     /*
      * By default every vCPU may have its own channel: storvsc asks for
      * min(CPUs - 1, offered) subchannels and sends from a CPU's own channel, so
-     * queueing per channel is what a guest on a large Azure VM sees.
+     * queueing per channel is what a guest on a large Azure VM sees. An IDE
+     * accelerator has none.
      */
-    cfg.max_subchannels = s->max_subchannels == HV_STORVSC_SUBCHANNELS_AUTO
-                              ? MIN(ms->smp.cpus - 1, 64)
-                              : s->max_subchannels;
+    if (s->max_subchannels != HV_STORVSC_SUBCHANNELS_AUTO) {
+        cfg.max_subchannels = s->max_subchannels;
+    } else {
+        cfg.max_subchannels = hv_storvsc_is(s, "ide") ? 0 : MIN(ms->smp.cpus - 1, 64);
+    }
     cfg.max_transfer_bytes = s->max_transfer;
     cfg.max_outstanding = s->max_outstanding;
     cfg.worker_only = !s->inline_rounds;
     cfg.reset = s->reset;
+    cfg.device_class = s->device_class;
+    cfg.port_wwn = s->port_wwn;
+    cfg.node_wwn = s->node_wwn;
     if (!hv_storvsc_loops(s, &cfg, &loops, errp)) {
         return;
     }
@@ -288,6 +336,9 @@ static const Property hv_storvsc_props[] = {
     DEFINE_PROP_BOOL("inline-rounds", HvStorvsc, inline_rounds, true),
     DEFINE_PROP_LINK("iothread", HvStorvsc, iothread, TYPE_IOTHREAD, IOThread *),
     DEFINE_PROP_IOTHREAD_VQ_MAPPING_LIST("iothread-vq-mapping", HvStorvsc, iothread_vq_mapping),
+    DEFINE_PROP_STRING("class", HvStorvsc, device_class),
+    DEFINE_PROP_STRING("port-wwn", HvStorvsc, port_wwn),
+    DEFINE_PROP_STRING("node-wwn", HvStorvsc, node_wwn),
 };
 
 /* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */

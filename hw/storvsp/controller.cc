@@ -41,6 +41,13 @@ bool validate(const ControllerConfig& cfg, std::string& err) {
         err = "max-subchannels must be at most 256, not " + std::to_string(cfg.max_subchannels);
     else if (std::find(cfg.loops.begin(), cfg.loops.end(), nullptr) != cfg.loops.end())
         err = "an event loop for the channels is missing";
+    else if (cfg.device_class != DeviceClass::Fc && (cfg.port_wwn || cfg.node_wwn))
+        err = std::string("port-wwn and node-wwn belong to class=fc, not class=") + device_class_name(cfg.device_class);
+    else if (cfg.device_class == DeviceClass::Fc && (!cfg.port_wwn || !cfg.node_wwn))
+        err = "class=fc needs a port-wwn and a node-wwn other than 0";
+    else if (cfg.device_class == DeviceClass::Ide && cfg.max_subchannels)
+        err = "class=ide has no subchannels (Hyper-V's IDE accelerator offers none), not max-subchannels=" +
+              std::to_string(cfg.max_subchannels);
     else if (const uint64_t b = preallocated_bytes(cfg); b > kMaxPreallocatedBytes)
         err = "outstanding (" + std::to_string(cfg.max_outstanding_per_channel) + ") x queues (2 x max-subchannels + 1 = " +
               std::to_string(max_queues(cfg)) + ") x max-transfer (" + std::to_string(cfg.max_transfer_bytes) +
@@ -80,8 +87,17 @@ Controller::~Controller() {
 
 bool Controller::start(std::string& err) {
     if (!validate(cfg_, err)) return false;
+    if (cfg_.device_class == DeviceClass::Ide) {
+        // Linux adds the disk at this target; an IDE channel has two, master and slave.
+        target_ = ide_target(instance_);
+        if (target_ > 1) {
+            err = "class=ide: instance " + instance_.to_string() + " names IDE target " + std::to_string(target_) +
+                  " in its second group (storvsc adds the disk there); it must be 0000 or 0001";
+            return false;
+        }
+    }
     vmbus::OfferInfo info;
-    info.type = vmbus::kScsiControllerType;
+    info.type = class_guid(cfg_.device_class);
     info.instance = instance_;
     info.subchannel_index = 0;
     info.handler = primary_;
@@ -97,6 +113,12 @@ bool Controller::start(std::string& err) {
 bool Controller::attach(uint8_t lun, scsi::Disk* disk, std::string& err, bool notice) {
     if (lun >= kMaxLuns) {
         err = "lun must be below " + std::to_string(kMaxLuns);
+        return false;
+    }
+    if (cfg_.device_class == DeviceClass::Ide && lun != 0) {
+        // storvsc adds LUN 0 of an IDE device and scans nothing at probe; Hyper-V gives
+        // each IDE disk an accelerator channel of its own.
+        err = "class=ide takes one disk, at lun 0, not lun " + std::to_string(lun);
         return false;
     }
     // Counted before the disk is visible: no round may run inline over it.
@@ -167,6 +189,58 @@ const char* reset_answer_name(ResetAnswer a) {
     }
 }
 
+bool parse_device_class(std::string_view text, DeviceClass& out, std::string& err) {
+    for (DeviceClass c : {DeviceClass::Scsi, DeviceClass::Ide, DeviceClass::Fc}) {
+        if (text == device_class_name(c)) {
+            out = c;
+            return true;
+        }
+    }
+    err = "class=" + std::string(text) + " is not one of scsi, ide, fc";
+    return false;
+}
+
+const char* device_class_name(DeviceClass c) {
+    switch (c) {
+    case DeviceClass::Ide: return "ide";
+    case DeviceClass::Fc: return "fc";
+    default: return "scsi";
+    }
+}
+
+const vmbus::Guid& class_guid(DeviceClass c) {
+    switch (c) {
+    case DeviceClass::Ide: return vmbus::kIdeAcceleratorType;
+    case DeviceClass::Fc: return vmbus::kSynthFcType;
+    default: return vmbus::kScsiControllerType;
+    }
+}
+
+uint16_t ide_target(const vmbus::Guid& instance) {
+    return uint16_t(instance.bytes[5] << 8 | instance.bytes[4]);
+}
+
+bool parse_wwn(std::string_view text, const char* what, uint64_t& out, std::string& err) {
+    uint64_t v = 0;
+    bool hex = text.size() == 16;
+    for (char c : text) {
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) hex = false;
+        v = v << 4 | uint64_t(d & 15);
+    }
+    if (!hex) {
+        err = std::string(what) + "=" + std::string(text) + " is not 16 hex digits (e.g. c003ff0000ff0001)";
+        return false;
+    }
+    if (!v) {
+        err = std::string(what) + "=" + std::string(text) + ": 0 is no world wide name";
+        return false;
+    }
+    out = v;
+    return true;
+}
+
 bool parse_notice(std::string_view text, Notice& out, std::string& err) {
     if (text == "enumerate-bus") out = Notice::EnumerateBus;
     else if (text == "remove-device") out = Notice::RemoveDevice;
@@ -177,8 +251,14 @@ bool parse_notice(std::string_view text, Notice& out, std::string& err) {
     return true;
 }
 
+bool Controller::addresses(uint8_t path, uint8_t target) const {
+    // An IDE accelerator answers on its target whatever the path: guests do not set it
+    // reliably (Linux sends its own channel 0, openvmm forces the IDE channel's).
+    return target == target_ && (path == 0 || cfg_.device_class == DeviceClass::Ide);
+}
+
 scsi::Disk* Controller::lookup(uint8_t path, uint8_t target, uint8_t lun) {
-    if (path != 0 || target != 0 || lun >= kMaxLuns) return nullptr;
+    if (!addresses(path, target) || lun >= kMaxLuns) return nullptr;
     // Sequentially consistent with detach(): see Queue::wait_batch_boundary().
     return luns_[lun].load(std::memory_order_seq_cst);
 }
@@ -242,7 +322,7 @@ uint16_t Controller::create_subchannels(uint16_t n) {
     uint16_t offered = 0;
     for (Queue* c : fresh) {
         vmbus::OfferInfo info;
-        info.type = vmbus::kScsiControllerType;
+        info.type = class_guid(cfg_.device_class);
         info.instance = instance_;
         info.subchannel_index = c->index();
         info.handler = c;

@@ -102,6 +102,7 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     vmbus::ChannelRuntime::Options opt;
     opt.inline_rounds = ctl_.cfg_.inline_rounds;
     opt.max_packet = max_request_packet(ctl_.cfg_);
+    opt.error_budget = &ring_errors_;
     const auto& loops = ctl_.cfg_.loops;
     if (!loops.empty()) opt.loop = loops[queue_place(ctl_.cfg_, index_) % loops.size()];
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);
@@ -231,7 +232,7 @@ void Queue::answer_held_resets(vmbus::ChannelRuntime& ch) {
     for (HeldReset& h : held_resets_) {
         const VmscsiRequest& srb = h.packet.srb;
         const bool lun_gone = static_cast<Operation>(h.packet.operation) == Operation::ResetLun &&
-                              srb.path_id == 0 && srb.target_id == 0 && srb.lun < Controller::kMaxLuns &&
+                              ctl_.addresses(srb.path_id, srb.target_id) && srb.lun < Controller::kMaxLuns &&
                               (gone >> srb.lun & 1);
         if (a == ResetAnswer::Ignore && !lun_gone) {
             held_resets_[kept++] = h;
@@ -395,6 +396,9 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
     case Operation::ResetBus:
     case Operation::ResetAdapter:
         return reset(ch, trans_id, p, len);
+    case Operation::FcHbaData:
+        status = fc_hba_data(p, why);
+        break;
     default:
         status = kStatusInvalidDeviceRequest;
         why = "unknown operation";
@@ -406,6 +410,31 @@ void Queue::control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p
             log_("%s operation %u: %s", primary ? "primary" : "subchannel", unsigned(p.operation), why);
     }
     answer_control(ch, trans_id, p, len, status);
+}
+
+// An FC HBA's names, asked for between QUERY_PROPERTIES and END_INITIALIZATION. Other
+// classes refuse it as an unknown operation.
+uint32_t Queue::fc_hba_data(VstorPacket& p, const char*& why) const {
+    const DeviceClass cls = ctl_.cfg_.device_class;
+    if (cls != DeviceClass::Fc) {
+        why = cls == DeviceClass::Ide ? "FCHBA_DATA on a class=ide controller (only class=fc has WWNs)"
+                                      : "FCHBA_DATA on a class=scsi controller (only class=fc has WWNs)";
+        return kStatusInvalidDeviceRequest;
+    }
+    if (index_ != 0 || (state_ != InitState::VersionAgreed && state_ != InitState::Ready))
+        return kStatusInvalidDeviceState;
+    FcWwnPacket& w = p.wwn;
+    std::memset(p.raw, 0, sizeof p.raw);
+    w.primary_active = 1;
+    for (int i = 0; i < 8; i++) {
+        w.primary_port_wwn[i] = uint8_t(ctl_.cfg_.port_wwn >> (56 - 8 * i));
+        w.primary_node_wwn[i] = uint8_t(ctl_.cfg_.node_wwn >> (56 - 8 * i));
+    }
+    // No standby port: the secondary pair repeats the primary, so a guest that reads
+    // either finds the same names.
+    std::memcpy(w.secondary_port_wwn, w.primary_port_wwn, 8);
+    std::memcpy(w.secondary_node_wwn, w.primary_node_wwn, 8);
+    return kStatusSuccess;
 }
 
 // RESET_LUN, RESET_BUS, RESET_ADAPTER: counted, then answered as the controller's
@@ -579,7 +608,7 @@ void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor
     }
 
     if (c.cdb[0] == kReportLuns) {
-        if (srb.path_id == 0 && srb.target_id == 0) scsi::answer_report_luns(c, ctl_.luns());
+        if (ctl_.addresses(srb.path_id, srb.target_id)) scsi::answer_report_luns(c, ctl_.luns());
         else scsi::answer_report_luns(c, {});
         return complete(ch, ctx);
     }

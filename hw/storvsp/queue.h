@@ -106,6 +106,9 @@ private:
 
     void control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
     void reset(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
+    // FCHBA_DATA: its status; on success p holds the controller's WWNs, the primary pair
+    // active. `why` names a refusal for the guest-error line.
+    uint32_t fc_hba_data(VstorPacket& p, const char*& why) const;
     void answer_held_resets(vmbus::ChannelRuntime& ch);
     void send_notices(vmbus::ChannelRuntime& ch);
     // Completions (and answers) this channel owes: room in the ring is kept for each.
@@ -145,6 +148,8 @@ private:
 
     // Counted by the worker, read by stats() from any thread.
     vmbus::ChannelStats ring_stats_;
+    // The guest-error budget of this channel's runtimes, across reopens.
+    GuestErrorBudget ring_errors_;
     WorkerCounter srbs_, completions_, srb_errors_, bad_packets_, busy_;
     WorkerCounter reset_lun_, reset_bus_, reset_adapter_, enumerate_sent_, remove_device_sent_;
     std::atomic<uint32_t> resets_held_seen_{0}; // held_resets_.size(), for stats()

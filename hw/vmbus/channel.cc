@@ -84,7 +84,7 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
 ChannelRuntime::ChannelRuntime(Host& host, const OpenRequest& req, RingPages in, RingPages out,
                                PacketHandler& handler, ChannelStats& stats, Options opt)
     : host_(host), signal_(req.signal), relid_(req.child_relid),
-      log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": "), target_vp_(req.target_vp), in_(std::move(in), opt.max_packet),
+      log_(host, "vmbus: relid " + std::to_string(req.child_relid) + ": ", opt.error_budget), target_vp_(req.target_vp), in_(std::move(in), opt.max_packet),
       out_(std::move(out)), handler_(handler), efd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), stats_(stats),
       opt_(opt) {
     pkt_.reserve(opt.max_packet);

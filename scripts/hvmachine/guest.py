@@ -156,6 +156,9 @@ class Guest:
             _check_props(f"controller {c.id}", c.props)
             if "id" in c.props:
                 raise GuestError(f"controller {c.id}: its id is the field, not a property")
+            if "type" in c.props:
+                raise GuestError(f"controller {c.id}: 'type' is every QEMU object's type name; "
+                                 "the VMBus device class is 'class' (scsi, ide, fc)")
 
     def _validate_disks(self) -> None:
         used: Dict[int, set[int]] = {}
@@ -178,6 +181,11 @@ class Guest:
                     raise GuestError(f"{what}: lun {d.lun} of controller "
                                      f"{self.controllers[d.controller].id} given twice")
                 used[d.controller].add(d.lun)
+        for d in self.placed_disks():
+            c = self.controllers[d.controller]
+            if c.props.get("class") == "ide" and d.lun != 0:
+                raise GuestError(f"controller {c.id} is class=ide: it takes one disk, at lun 0, "
+                                 f"not lun {d.lun}")
 
     # --- rendering ----------------------------------------------------------------------
     def placed_disks(self) -> List[Disk]:

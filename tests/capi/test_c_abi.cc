@@ -116,7 +116,8 @@ std::string take(char*& err) {
 constexpr uint16_t kPort = 0x5A58;
 constexpr uint8_t kInstance[16] = {0x1b, 0x78, 0xb3, 0xf8, 0x82, 0x1e, 0x18, 0x48,
                                    0xa1, 0xc3, 0x63, 0xd8, 0x06, 0xec, 0x15, 0x00};
-constexpr HvstorControllerConfig kController{4, 256 * 1024, 256, "hv-storvsc scsi0", 0, nullptr, 0, nullptr};
+constexpr HvstorControllerConfig kController{4,       256 * 1024, 256,     "hv-storvsc scsi0", 0, nullptr, 0,
+                                             nullptr, nullptr,    nullptr, nullptr};
 
 class CAbiTest : public ::testing::Test {
 protected:
@@ -344,6 +345,76 @@ TEST_F(CAbiTest, TransportFaultsAreCheckedAtTheBoundary) {
     EXPECT_EQ(take(err), "fault: opstatus=1 is not a 32-bit hex number 0x0..0xffffffff");
     EXPECT_TRUE(hvstor_disk_set_fault(disk, "srb=0x81,opstatus=0xc0000001", &err)) << take(err);
     EXPECT_TRUE(hvstor_disk_set_fault(disk, "opstatus=0x1", &err)) << take(err);
+}
+
+// hv-storvsc's class, port-wwn and node-wwn: each value checked, with a message naming it.
+TEST_F(CAbiTest, DeviceClassAndWwnsAreChecked) {
+    char* err = nullptr;
+    HvstorControllerConfig cfg = kController;
+    cfg.device_class = "foo";
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "class=foo is not one of scsi, ide, fc");
+    cfg.device_class = "SCSI";
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "class=SCSI is not one of scsi, ide, fc");
+
+    cfg = kController;
+    cfg.device_class = "fc";
+    cfg.node_wwn = "c003ff0000ff0000";
+    for (const char* bad : {"c003ff0000ff000", "c003ff0000ff00011", "c003ff0000ff000g", "0x03ff0000ff0001", ""}) {
+        cfg.port_wwn = bad;
+        EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr) << bad;
+        EXPECT_EQ(take(err), "port-wwn=" + std::string(bad) + " is not 16 hex digits (e.g. c003ff0000ff0001)");
+    }
+    cfg.port_wwn = "0000000000000000";
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "port-wwn=0000000000000000: 0 is no world wide name");
+    cfg.port_wwn = "C003FF0000FF0001";
+    cfg.node_wwn = "c003ff0000ff000";
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "node-wwn=c003ff0000ff000 is not 16 hex digits (e.g. c003ff0000ff0001)");
+    cfg.node_wwn = nullptr;
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "class=fc needs a port-wwn and a node-wwn other than 0");
+    cfg.node_wwn = "c003ff0000ff0000";
+    EXPECT_NE(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr) << take(err);
+
+    for (const char* other : {"scsi", "ide"}) {
+        cfg = kController;
+        cfg.device_class = other;
+        cfg.max_subchannels = 0;
+        cfg.port_wwn = "c003ff0000ff0001";
+        EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr) << other;
+        EXPECT_EQ(take(err), "port-wwn and node-wwn belong to class=fc, not class=" + std::string(other));
+        cfg.port_wwn = nullptr;
+        cfg.node_wwn = "c003ff0000ff0000";
+        EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr) << other;
+        EXPECT_EQ(take(err), "port-wwn and node-wwn belong to class=fc, not class=" + std::string(other));
+    }
+}
+
+// class=ide: no subchannels, a target of an IDE channel in the instance, one disk at LUN 0.
+TEST_F(CAbiTest, IdeControllerTakesOneDiskAtLunZero) {
+    char* err = nullptr;
+    HvstorControllerConfig cfg = kController;
+    cfg.device_class = "ide";
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "class=ide has no subchannels (Hyper-V's IDE accelerator offers none), not max-subchannels=4");
+    cfg.max_subchannels = 0;
+    // kInstance's second group, 1e82, is the IDE target storvsc would add the disk at.
+    EXPECT_EQ(hvstor_controller_new(vb, kInstance, &cfg, &err), nullptr);
+    EXPECT_EQ(take(err), "class=ide: instance f8b3781b-1e82-4818-a1c3-63d806ec1500 names IDE target 7810 in its "
+                         "second group (storvsc adds the disk there); it must be 0000 or 0001");
+    constexpr uint8_t kIde[16] = {0x01, 0, 0, 0, 0x01, 0x00, 0x99, 0x88}; // 00000001-0001-8899-0000-...
+    HvstorController* c = hvstor_controller_new(vb, kIde, &cfg, &err);
+    ASSERT_NE(c, nullptr) << take(err);
+    HvstorDiskConfig d = ram(1);
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "class=ide takes one disk, at lun 0, not lun 1");
+    d = ram(0);
+    EXPECT_NE(hvstor_disk_new(c, &d, &err), nullptr) << take(err);
+    EXPECT_EQ(hvstor_disk_new(c, &d, &err), nullptr);
+    EXPECT_EQ(take(err), "lun 0 is already in use");
 }
 
 // hv-storvsc's reset and notify: checked values, a refusal without a session, the setting

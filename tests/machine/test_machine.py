@@ -18,7 +18,7 @@ from conftest import FAKE_QEMU, READY, FakeBoot, qemu_python_or_skip, qmp_log
 
 from hvmachine.assets import Assets
 from hvmachine import machine as machinemod
-from hvmachine.guest import Guest
+from hvmachine.guest import Controller, Disk, Guest, GuestError
 from hvmachine.machine import BootError, BootFailed, Machine
 from hvmachine.watch import MAX_LINE
 
@@ -428,3 +428,23 @@ def test_finish_of_a_machine_never_started(tmp_path: Any) -> None:
     m = Machine(Guest(kernel=str(tmp_path), controllers=[], cmd="true"), str(tmp_path))
     t, out = _in_thread(m.finish)
     assert not t.is_alive() and isinstance(out.get("error"), BootError), out
+
+
+def test_controller_classes_pass_through_and_ide_takes_lun_0_only() -> None:
+    """A controller's class (and an FC HBA's WWNs) reach QEMU as they are given; an IDE
+    controller's disk must sit at LUN 0, and 'type' (QOM's own) is refused with a hint."""
+    ctls = [Controller("ide0", {"class": "ide"}),
+            Controller("fc0", {"class": "fc", "port-wwn": "c003ff0000ff0101", "node-wwn": "c003ff0000ff0100"})]
+    g = Guest(kernel="debian-6.12", controllers=ctls, disks=[Disk({"backend": "null", "size": "1G"}, 0),
+                                                             Disk({"backend": "null", "size": "1G"}, 1)])
+    g.validate()
+    args = g.device_args()
+    assert "hv-storvsc,id=ide0,class=ide" in args
+    assert "hv-storvsc,id=fc0,class=fc,port-wwn=c003ff0000ff0101,node-wwn=c003ff0000ff0100" in args
+    assert "hv-disk,bus=ide0.0,lun=0,backend=null,size=1G" in args
+    g.disks.append(Disk({"backend": "null", "size": "1G"}, 0))
+    with pytest.raises(GuestError, match="controller ide0 is class=ide: it takes one disk, at lun 0, not lun 1"):
+        g.validate()
+    g = Guest(kernel="debian-6.12", controllers=[Controller("c", {"type": "ide"})])
+    with pytest.raises(GuestError, match="the VMBus device class is 'class'"):
+        g.validate()

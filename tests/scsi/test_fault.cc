@@ -1,24 +1,9 @@
 // Fault injection (hvstor/scsi/fault.h): the text form, and what each fault does to the
 // commands it matches, with every command completed exactly once.
-#include "scsi_test.h"
+#include "fault_test.h"
 
 namespace hvstor::scsi::test {
 namespace {
-
-constexpr uint8_t kRead10 = 0x28, kWrite10 = 0x2A, kSyncCache10 = 0x35;
-
-FaultSpec parse_ok(const std::string& text) {
-    FaultSpec f;
-    std::string err;
-    EXPECT_TRUE(parse_fault(text, f, err)) << text << ": " << err;
-    return f;
-}
-std::string parse_error(const std::string& text) {
-    FaultSpec f;
-    std::string err;
-    EXPECT_FALSE(parse_fault(text, f, err)) << text;
-    return err;
-}
 
 TEST(FaultText, ParsesEverySetting) {
     FaultSpec f = parse_ok("error=medium,ops=read,lba=2048-4095,every=3,percent=50,seed=7,count=5");

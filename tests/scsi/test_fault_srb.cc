@@ -1,25 +1,10 @@
 // The transport-level answers of a fault (hvstor/scsi/fault.h: srb=, scsi=, sense=, data=,
 // autosense=, opstatus=): the text, every refusal, and what goes on the matching command
 // (Command::transport) for storvsp to apply; tests/test_storvsp.cc checks the completion.
-#include "scsi_test.h"
+#include "fault_test.h"
 
 namespace hvstor::scsi::test {
 namespace {
-
-constexpr uint8_t kRead10 = 0x28, kWrite10 = 0x2A, kSyncCache10 = 0x35;
-
-FaultSpec parse_ok(const std::string& text) {
-    FaultSpec f;
-    std::string err;
-    EXPECT_TRUE(parse_fault(text, f, err)) << text << ": " << err;
-    return f;
-}
-std::string parse_error(const std::string& text) {
-    FaultSpec f;
-    std::string err;
-    EXPECT_FALSE(parse_fault(text, f, err)) << text;
-    return err;
-}
 
 TEST(FaultSrbText, EveryNamedStatusAndItsCode) {
     const std::pair<const char*, uint8_t> srb[] = {

@@ -2,6 +2,9 @@
 // server in this binary (it links the storvsp layer and what is below it, nothing else).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "fake_bus.h"
 #include "fake_host.h"
 #include "storvsc_rings.h"
@@ -229,6 +232,27 @@ TEST_F(StorvspBusTest, GuestErrorLinesAreRateLimited) {
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
     EXPECT_GE(host.guest_errors.size(), size_t(GuestErrorLog::kBurst));
     EXPECT_LE(host.guest_errors.size(), size_t(GuestErrorLog::kBurst) + size_t(seconds.count()) + 1);
+}
+
+// A channel's runtime is made anew on every OPENCHANNEL: a guest that breaks its ring and
+// reopens the channel in a loop must not get a fresh burst of lines each time.
+TEST_F(StorvspBusTest, ReopeningAChannelGetsNoFreshBurstOfGuestErrorLines) {
+    constexpr size_t kReopens = 3 * GuestErrorLog::kBurst;
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < kReopens; i++) {
+        auto c = guest.rings(ctl->primary_relid(), kRings);
+        c.out.store(0, 0xFFFFFFF0u); // the guest-to-host ring's write index, past its end
+        ASSERT_EQ(bus.open(c.relid, kRings, kPages), vmbus::kStatusSuccess);
+        bus.signal(c.relid);
+        // The worker's round saw the index and stopped the channel before it closes.
+        while (host.traced(HVSTOR_TRACE_channel_stopped).size() <= i) std::this_thread::yield();
+        bus.close(c.relid);
+    }
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
+    size_t lines = 0;
+    for (const auto& l : host.guest_errors) lines += l.find("impossible write index") != std::string::npos;
+    EXPECT_GE(lines, size_t(GuestErrorLog::kBurst));
+    EXPECT_LE(lines, size_t(GuestErrorLog::kBurst) + size_t(seconds.count()) + 1) << "over " << seconds.count() << " s";
 }
 
 } // namespace

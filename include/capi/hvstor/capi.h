@@ -138,6 +138,15 @@ typedef struct HvstorControllerConfig {
     uint32_t nr_loops;
     /* How resets are answered, as hvstor_controller_set_reset takes it; NULL: "answer". */
     const char *reset;
+    /*
+     * The VMBus device class offered: "scsi" (NULL), "ide" (Generation 1's IDE accelerator:
+     * no subchannels, one disk at LUN 0, its target from the instance's second group, 0000
+     * or 0001) or "fc" (a Fibre Channel HBA).
+     */
+    const char *device_class;
+    /* class "fc" only, and needed there: the WWNs FCHBA_DATA answers, 16 hex digits each. */
+    const char *port_wwn;
+    const char *node_wwn;
 } HvstorControllerConfig;
 
 /*

@@ -31,6 +31,29 @@ enum class ResetAnswer : uint8_t { Answer, Ignore, Fail };
 bool parse_reset_answer(std::string_view text, ResetAnswer& out, std::string& err);
 const char* reset_answer_name(ResetAnswer a);
 
+// The VMBus device class the controller is offered as (hv-storvsc's `class`), each one of
+// the three class GUIDs Linux's storvsc binds, which it drives differently:
+// - Scsi: a synthetic SCSI controller; storvsc scans its bus (8 channels x 2 targets x
+//   255 LUNs) and asks for subchannels.
+// - Ide: Generation 1's IDE accelerator, one per IDE disk; storvsc adds the one disk at
+//   target (instance bytes 4..5, the GUID's second group), LUN 0, scans nothing at probe
+//   and uses one queue. The controller has no subchannels and takes one disk, at LUN 0,
+//   answering SRBs for that target on any path.
+// - Fc: a synthetic Fibre Channel HBA; storvsc adds the FC transport, asks FCHBA_DATA for
+//   the port and node WWNs during its handshake and caps transfers at 512 KiB.
+enum class DeviceClass : uint8_t { Scsi, Ide, Fc };
+// "scsi", "ide", "fc"; false with a message naming the value otherwise.
+bool parse_device_class(std::string_view text, DeviceClass& out, std::string& err);
+const char* device_class_name(DeviceClass c);
+// The class GUID the channels are offered with.
+const vmbus::Guid& class_guid(DeviceClass c);
+// The IDE target storvsc gives the disk of a Ide controller with this instance (Linux:
+// dev_instance.b[5] << 8 | b[4]).
+uint16_t ide_target(const vmbus::Guid& instance);
+// A world wide name as 16 hex digits ("c003ff0000ff0001"); false with a message that names
+// `what` (port-wwn, node-wwn) otherwise. Zero is no name.
+bool parse_wwn(std::string_view text, const char* what, uint64_t& out, std::string& err);
+
 // An unsolicited packet for the guest (hv-storvsc's `notify`); storvsc scans the bus on either.
 enum class Notice : uint8_t { EnumerateBus, RemoveDevice };
 // "enumerate-bus", "remove-device"; false with a message naming the value otherwise.
@@ -59,6 +82,9 @@ struct ControllerConfig {
     std::vector<vmbus::EventLoop*> loops{};
     // How the guest's resets are answered at first (Controller::set_reset_answer changes it).
     ResetAnswer reset_answer = ResetAnswer::Answer;
+    DeviceClass device_class = DeviceClass::Scsi;
+    // Fc only (non-zero there): FCHBA_DATA's answer, the primary pair and the one active.
+    uint64_t port_wwn = 0, node_wwn = 0;
 };
 
 // Each queue preallocates its request pool (outstanding x the largest transfer's page list),
@@ -126,7 +152,7 @@ public:
     // Offers the primary channel. Attach disks before or after (hot add).
     bool start(std::string& err);
 
-    // LUN table (target 0, channel/path 0). Attaching or detaching while the guest is
+    // LUN table (target 0, channel/path 0; Ide: its target, any path, LUN 0 only). Attaching or detaching while the guest is
     // connected tells it to rescan (ENUMERATE_BUS), unless `notice` is false (a test then
     // tells it with notify(), or not at all).
     bool attach(uint8_t lun, scsi::Disk* disk, std::string& err, bool notice = true);
@@ -156,6 +182,8 @@ public:
 private:
     friend class Queue;
 
+    // Whether an SRB's path and target reach this controller's LUN table.
+    bool addresses(uint8_t path, uint8_t target) const;
     scsi::Disk* lookup(uint8_t path, uint8_t target, uint8_t lun);
     std::vector<uint16_t> luns();
     // From a worker: offer up to n subchannels; returns how many were offered.
@@ -166,6 +194,9 @@ private:
     vmbus::Bus& bus_;
     vmbus::Guid instance_;
     ControllerConfig cfg_;
+    // The target the disks answer on: 0, or an Ide controller's from its instance (start()
+    // refuses one that is not a target of an IDE channel).
+    uint16_t target_ = 0;
     std::atomic<uint64_t> subchannels_offered_{0};
 
     mutable std::mutex mu_;  // channels_

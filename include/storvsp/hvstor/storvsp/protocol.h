@@ -93,6 +93,20 @@ struct ChannelProperties {
 };
 static_assert(sizeof(ChannelProperties) == 24);
 
+// FCHBA_DATA's answer (Linux: struct hv_fc_wwn_packet): the HBA's world wide names, each
+// big-endian as FC writes them; the guest takes the primary pair when primary_active is
+// set, else the secondary.
+struct FcWwnPacket {
+    uint8_t primary_active;
+    uint8_t reserved[3];
+    uint8_t primary_port_wwn[8];
+    uint8_t primary_node_wwn[8];
+    uint8_t secondary_port_wwn[8];
+    uint8_t secondary_node_wwn[8];
+};
+static_assert(sizeof(FcWwnPacket) == 36);
+static_assert(offsetof(FcWwnPacket, primary_port_wwn) == 4);
+
 struct ProtocolVersion {
     uint16_t major_minor;
     uint16_t revision;
@@ -107,6 +121,7 @@ struct VstorPacket {
         ChannelProperties properties;
         ProtocolVersion version;
         uint16_t sub_channel_count;
+        FcWwnPacket wwn;
         uint8_t raw[52];
     };
 };
@@ -114,6 +129,8 @@ static_assert(sizeof(VstorPacket) == 64);
 // Guests before win8 negotiation (Linux before 5.19) send the packet without the SRB's
 // win8 extension.
 constexpr size_t kVstorPacketMin = 48;
+static_assert(offsetof(VstorPacket, wwn) + sizeof(FcWwnPacket) <= kVstorPacketMin,
+              "FCHBA_DATA's answer fits in the shortest packet, sized like the request");
 
 #pragma pack(pop)
 

@@ -78,6 +78,9 @@ struct ChannelOptions {
     // The largest packet the guest may send, descriptor included: the handler's largest
     // request. A longer one is an impossible descriptor, and the channel stops.
     uint32_t max_packet = kMaxIncomingPacket;
+    // The budget of the runtime's guest-error lines, when it must outlive the runtime (the
+    // channel's owner keeps it across reopens); null: the runtime's own.
+    GuestErrorBudget* error_budget = nullptr;
 };
 
 // A worker's round takes at most this many packets; then it ends (the handler's batch with
