@@ -1,9 +1,10 @@
 /*
- * The parts of the hv-vmbus-bridge, for the glue's own files only:
+ * The parts of the glue its files share (not for the rest of QEMU):
  *   hvstor-host.c  guest memory (read, write, atomic OR, map, unmap)
  *   hvstor-irq.c   vectors to VPs, from vCPU or device threads
  *   hvstor-kvm.c   MSR filter and CPUID leaves under KVM
  *   hvstor-trace.c guest-error lines and trace events
+ *   hvstor-props.c property descriptions, the model's errors as QEMU's
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -37,5 +38,22 @@ void hv_irq_raise(void *opaque, uint32_t vp, uint8_t vector);
  * vCPU. False with a message in errp when KVM refuses either.
  */
 bool hv_kvm_init(HvstorVmbus *vb, Error **errp);
+
+/* A property's description, for -device X,help and device-list-properties. */
+typedef struct HvPropDoc {
+    const char *name;
+    const char *text;
+} HvPropDoc;
+
+/* Sets the description of each property docs names (ended by { NULL }) on klass. */
+void hv_describe_props(ObjectClass *klass, const HvPropDoc *docs);
+
+/*
+ * Sets errp to "WHAT: ERR", WHAT formatted from fmt, ERR a message of the model (malloc()ed,
+ * freed here; NULL when the model ran out of memory).
+ */
+void hv_model_error(Error **errp, char *err, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
+/* The same as a warning or an error on stderr, where no caller takes an Error. */
+void hv_model_report(bool warning, char *err, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
 
 #endif

@@ -60,6 +60,7 @@
 #include "hw/qdev-properties-system.h"
 #include "hw/virtio/iothread-vq-mapping.h"
 #include "hvstor-drive.h"
+#include "hvstor-internal.h"
 #include "hvstor-vmbus.h"
 
 #define TYPE_HV_STORVSC "hv-storvsc"
@@ -315,8 +316,7 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     cfg.name = name;
     s->ctl = hvstor_controller_new(vb, wire, &cfg, &err);
     if (!s->ctl) {
-        error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-storvsc");
         if (loops && s->iothread_vq_mapping) {
             iothread_vq_mapping_cleanup(s->iothread_vq_mapping);
         }
@@ -326,6 +326,33 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     /* The bus plugs and unplugs its own disks (see hv_scsi_bus_class_init). */
     qbus_set_bus_hotplug_handler(&s->bus);
 }
+
+static const HvPropDoc hv_storvsc_docs[] = {
+    { "instance", "VMBus instance GUID of the controller (default: stable per controller; "
+                  "class=ide: the IDE channel's, 0000000N-0000-8899-0000-000000000000)" },
+    { "max-subchannels", "subchannels offered at most (default: vCPUs - 1, at most 64: a "
+                         "channel per vCPU, as storvsc wants)" },
+    { "max-transfer", "largest transfer of one request in bytes; the guest's max_sectors "
+                      "follows" },
+    { "outstanding", "requests in flight per channel before the host stops reading that ring" },
+    { "inline-rounds", "on: a guest signal or a completion that finds a channel's worker "
+                       "asleep does the ring work on its own thread; off: every round on the "
+                       "worker" },
+    { "iothread", "the IOThread the channels' workers run in, instead of a thread per channel" },
+    { "iothread-vq-mapping", "the channels spread over IOThreads, as virtio-blk spreads its "
+                             "queues (vq 0 is the primary channel, vq k subchannel k)" },
+    { "class", "the VMBus device class offered: scsi (default, synthetic SCSI controller), "
+               "ide (Generation 1's IDE accelerator, one disk) or fc (virtual Fibre Channel)" },
+    { "port-wwn", "class=fc: the HBA's port world wide name, 16 hex digits (FCHBA_DATA)" },
+    { "node-wwn", "class=fc: the HBA's node world wide name, 16 hex digits (FCHBA_DATA)" },
+    { "stats", "JSON statistics: resets and notices, and per channel packets, SRBs, "
+               "completions, errors, interrupts (read-only)" },
+    { "reset", "how RESET_LUN, RESET_BUS and RESET_ADAPTER are answered: answer (default, "
+               "success), fail (0xC0000001) or ignore (held until this changes)" },
+    { "notify", "write enumerate-bus or remove-device to send that notice to the guest now "
+                "(it rescans its bus); reads the last one sent" },
+    { NULL }
+};
 
 static const Property hv_storvsc_props[] = {
     DEFINE_PROP_UUID_NODEFAULT("instance", HvStorvsc, instance),
@@ -388,8 +415,7 @@ static void hv_storvsc_set_reset(Object *obj, const char *value, Error **errp)
 
     /* Before realize the controller checks it when it is made. */
     if (s->ctl && !hvstor_controller_set_reset(s->ctl, value, &err)) {
-        error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-storvsc");
         return;
     }
     g_free(s->reset);
@@ -419,8 +445,7 @@ static void hv_storvsc_set_notify(Object *obj, const char *value, Error **errp)
         return;
     }
     if (!hvstor_controller_notify(s->ctl, value, &err)) {
-        error_setg(errp, "hv-storvsc: %s", err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-storvsc");
         return;
     }
     g_free(s->notify);
@@ -448,6 +473,7 @@ static void hv_storvsc_class_init(ObjectClass *klass, void *data)
     object_class_property_add_str(klass, "stats", hv_storvsc_get_stats, NULL);
     object_class_property_add_str(klass, "reset", hv_storvsc_get_reset, hv_storvsc_set_reset);
     object_class_property_add_str(klass, "notify", hv_storvsc_get_notify, hv_storvsc_set_notify);
+    hv_describe_props(klass, hv_storvsc_docs);
 }
 
 /*
@@ -460,9 +486,8 @@ static void hv_disk_drive_resized(void *opaque, uint64_t bytes)
     char *err = NULL;
 
     if (d->disk && !hvstor_disk_resize(d->disk, bytes, &err)) {
-        warn_report("hv-disk lun %u: the drive is now %" PRIu64 " bytes; the disk keeps "
-                    "its size: %s", d->lun, bytes, err ? err : "out of memory");
-        free(err);
+        hv_model_report(true, err, "hv-disk lun %u: the drive is now %" PRIu64 " bytes; the disk "
+                        "keeps its size", d->lun, bytes);
     }
 }
 
@@ -526,8 +551,7 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
     }
     d->disk = hvstor_disk_new(ctl->ctl, &cfg, &err);
     if (!d->disk) {
-        error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-disk lun %u", d->lun);
         hv_drive_free(d->drive);
         d->drive = NULL;
     }
@@ -545,13 +569,35 @@ static void hv_disk_unrealize(DeviceState *dev)
     char *err = NULL;
 
     if (d->disk && !hvstor_disk_free(ctl->ctl, d->disk, &err)) {
-        error_report("hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
-        free(err);
+        hv_model_report(false, err, "hv-disk lun %u", d->lun);
     }
     d->disk = NULL;
     hv_drive_free(d->drive);
     d->drive = NULL;
 }
+
+static const HvPropDoc hv_disk_docs[] = {
+    { "lun", "the disk's LUN on target 0 of its controller, 0..63" },
+    { "backend", "file (default with file=), ram or null (both with size=); drive= for "
+                 "QEMU's block layer" },
+    { "file", "a raw image file as the disk's storage (libaio)" },
+    { "size", "the size of a ram or null disk in bytes (K, M, G suffixes)" },
+    { "readonly", "write protection: writes fail with DATA PROTECT" },
+    { "direct", "open file= with O_DIRECT, falling back to buffered I/O where refused" },
+    { "serial", "the VPD unit serial number the guest reads" },
+    { "perf", "an Azure-like disk model in front of the storage, e.g. "
+              "profile=premium-p10,,burst=off (docs/perf-model.md)" },
+    { "notices", "off: no ENUMERATE_BUS when the disk is plugged or unplugged and no UNIT "
+                 "ATTENTION when its capacity changes" },
+    { "drive", "a -drive or -blockdev node as the disk's storage (QEMU's block layer)" },
+    { "iothread", "with drive=: the IOThread the disk's block I/O runs in" },
+    { "stats", "JSON statistics: the disk's I/O, or its model's (read-only)" },
+    { "fault", "fail, stall or answer chosen I/O, e.g. error=medium,,ops=read,,lba=0-99 "
+               "(docs/fault-injection.md); settable at run time" },
+    { "capacity", "the disk's size in bytes; set at run time, the guest gets UNIT ATTENTION "
+                  "and rescans" },
+    { NULL }
+};
 
 static const Property hv_disk_props[] = {
     DEFINE_PROP_UINT8("lun", HvDisk, lun, 0),
@@ -610,8 +656,7 @@ static void hv_disk_set_fault(Object *obj, const char *value, Error **errp)
         return;
     }
     if (d->disk && !hvstor_disk_set_fault(d->disk, value, &err)) {
-        error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-disk lun %u", d->lun);
         return;
     }
     g_free(d->fault);
@@ -657,9 +702,7 @@ static void hv_disk_set_capacity(Object *obj, Visitor *v, const char *name,
         return;
     }
     if (!hvstor_disk_resize(d->disk, bytes, &err)) {
-        error_setg(errp, "hv-disk lun %u: capacity %" PRIu64 " refused: %s", d->lun,
-                   bytes, err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-disk lun %u: capacity %" PRIu64 " refused", d->lun, bytes);
     }
 }
 
@@ -686,6 +729,7 @@ static void hv_disk_class_init(ObjectClass *klass, void *data)
     object_class_property_add_str(klass, "fault", hv_disk_get_fault, hv_disk_set_fault);
     object_class_property_add(klass, "capacity", "size", hv_disk_get_capacity,
                               hv_disk_set_capacity, NULL, NULL);
+    hv_describe_props(klass, hv_disk_docs);
 }
 
 /* Main loop: the removed disk's device goes (DEVICE_DELETED follows). */
@@ -738,8 +782,7 @@ static void hv_scsi_bus_unplug_request(HotplugHandler *hotplug_dev, DeviceState 
         dev->pending_deleted_event = false;
         d->removing = false;
         d->disk = disk;
-        error_setg(errp, "hv-disk lun %u: %s", d->lun, err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-disk lun %u", d->lun);
     }
 }
 

@@ -155,14 +155,12 @@ static bool hv_vmbus_bridge_create(HvVmbusBridge *s, uint32_t nr_vps, uint32_t v
     hv_irq_init(&s->irq, nr_vps);
     s->vb = hvstor_vmbus_new(&ops, nr_vps, s->hypercall_port, version, &err);
     if (!s->vb) {
-        error_setg(errp, "hv-vmbus-bridge: %s", err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-vmbus-bridge");
         hv_irq_cleanup(&s->irq);
         return false;
     }
     if (s->vm_perf && *s->vm_perf && !hvstor_vmbus_set_vm_perf(s->vb, s->vm_perf, &err)) {
-        error_setg(errp, "hv-vmbus-bridge: vm-perf: %s", err ? err : "out of memory");
-        free(err);
+        hv_model_error(errp, err, "hv-vmbus-bridge: vm-perf");
         hvstor_vmbus_free(s->vb);
         s->vb = NULL;
         hv_irq_cleanup(&s->irq);
@@ -221,6 +219,16 @@ static void hv_vmbus_bridge_build_aml(AcpiDevAmlIf *adev, Aml *scope)
     aml_append(scope, sb);
 }
 
+static const HvPropDoc hv_vmbus_bridge_docs[] = {
+    { "hypercall-port", "I/O port the hypercall page's OUT traps through (0xb48 = 2888)" },
+    { "vmbus-version", "newest VMBus protocol version offered to the guest: 5.3, 5.2, 5.1, "
+                       "5.0, 4.1, 4.0, 3.0, 2.4 (default 5.3)" },
+    { "vm-perf", "VM-level caps the modelled disks share, e.g. profile=Standard_F32s_v2 "
+                 "(docs/perf-model.md)" },
+    { "stats", "JSON statistics of the partition and the VMBus server (read-only)" },
+    { NULL }
+};
+
 static const Property hv_vmbus_bridge_props[] = {
     DEFINE_PROP_UINT32("hypercall-port", HvVmbusBridge, hypercall_port,
                        HV_VMBUS_DEFAULT_HYPERCALL_PORT),
@@ -275,6 +283,7 @@ static void hv_vmbus_bridge_class_init(ObjectClass *klass, void *data)
     set_bit(DEVICE_CATEGORY_BRIDGE, dc->categories);
     adevc->build_dev_aml = hv_vmbus_bridge_build_aml;
     object_class_property_add_str(klass, "stats", hv_vmbus_bridge_get_stats, NULL);
+    hv_describe_props(klass, hv_vmbus_bridge_docs);
 }
 
 static const TypeInfo hv_vmbus_bridge_info = {
