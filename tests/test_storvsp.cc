@@ -1391,6 +1391,24 @@ TEST_F(StorvspTest, FaultAnswersReachTheGuestWithExactlyTheirFields) {
     EXPECT_EQ(ctl->stats().srbs, ctl->stats().completions);
 }
 
+// A success status without data= reports the bytes the command moved, not the guest's
+// buffer: a READ of one block into a 4 KiB buffer reports 512, as the disk does unfaulted.
+TEST_F(StorvspTest, FaultSuccessReportsTheBytesTheCommandMoved) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (const char* fault : {"srb=success", "srb=0x81", "srb=success,scsi=check-condition"}) {
+        scsi::FaultSpec f;
+        std::string err;
+        ASSERT_TRUE(scsi::parse_fault(fault, f, err)) << err;
+        disk->set_fault(f);
+        guest.send_srb(c, rw10(false, 0, 1), kBuf, 4096);
+        EXPECT_EQ(guest.wait(c).pkt.srb.data_transfer_length, 512u) << fault;
+    }
+    disk->set_fault({});
+    guest.send_srb(c, rw10(false, 0, 1), kBuf, 4096);
+    EXPECT_EQ(guest.wait(c).pkt.srb.data_transfer_length, 512u) << "the same without a fault";
+}
+
 // The same answer on whichever channel the command came, and on a flush (no data at all).
 TEST_F(StorvspTest, FaultAnswersOnASubchannelAndOnAFlush) {
     auto c = open_primary();
@@ -1650,6 +1668,32 @@ TEST_F(StorvspTest, HeldLunResetIsAnsweredWhenItsLunIsDetached) {
     for (int i = 0; i < 2; i++) got.insert(guest.wait(c).trans_id);
     EXPECT_TRUE(got.count(lun0));
     EXPECT_EQ(got.size(), 2u);
+}
+
+// Under reset=ignore, a RESET_LUN of a LUN that is not there (never attached, or detached
+// before the reset was read) is answered at once with success: nothing is left to reset.
+TEST_F(StorvspTest, IgnoredLunResetOfAnAbsentLunIsAnsweredAtOnce) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    const uint64_t absent = guest.send(c, reset_packet(Operation::ResetLun, 5));
+    auto r = guest.wait(c);
+    EXPECT_EQ(r.trans_id, absent);
+    EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    std::string err;
+    auto r2 = backend::make_ram(1 << 20, err);
+    scsi::Disk d2(*r2, {}, *ctl);
+    ASSERT_TRUE(ctl->attach(1, &d2, err, false)) << err;
+    ctl->detach(1, false);
+    const uint64_t gone = guest.send(c, reset_packet(Operation::ResetLun, 1));
+    r = guest.wait(c);
+    EXPECT_EQ(r.trans_id, gone) << "detached before the reset came";
+    EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    EXPECT_EQ(ctl->stats().resets_held, 0u);
+    guest.send(c, reset_packet(Operation::ResetLun, 0));
+    while (ctl->stats().resets_held < 1) std::this_thread::yield();
+    ctl->set_reset_answer(ResetAnswer::Answer);
+    EXPECT_EQ(guest.wait(c).pkt.status, kStatusSuccess) << "a LUN that is there: held, then answered";
 }
 
 // The setting changes on one thread while the guest sends resets and I/O on two channels,

@@ -170,8 +170,11 @@ FaultInjector::Verdict FaultInjector::answer_srb(Command& cmd) {
     t.sense_len = spec_.has_sense ? fixed_sense(t.sense, spec_.sense_key, Asc{spec_.asc, spec_.ascq}) : 0;
     constexpr uint8_t kSrbSuccess = 0x01, kSrbStatusMask = 0x3F; // the code without its flags
     const bool success = (spec_.srb_status & kSrbStatusMask) == kSrbSuccess;
-    t.data_length = spec_.has_data ? spec_.data : success ? cmd.xfer_len : 0;
-    if (t.data_length) return Verdict::Pass;
+    // Without data=, a success reports what the command moves (a READ of fewer blocks than
+    // the guest's buffer moves fewer bytes), once it ran; anything else reports none.
+    t.data_as_moved = !spec_.has_data && success;
+    t.data_length = spec_.has_data ? spec_.data : 0;
+    if (spec_.has_data ? spec_.data != 0 : success && cmd.xfer_len != 0) return Verdict::Pass;
     cmd.status = kStatusGood; // the disk's own fields: nothing ran, nothing failed
     cmd.sense_len = 0;
     cmd.data_transferred = 0;

@@ -75,10 +75,8 @@ void Queue::wake_for_resets() {
     if (runtime_) runtime_->wake();
 }
 
-void Queue::lun_detached(uint8_t lun) {
-    if (lun >= Controller::kMaxLuns) return;
-    luns_gone_.fetch_or(uint64_t{1} << lun);
-    wake_for_resets();
+void Queue::lun_detached(uint8_t) {
+    wake_for_resets(); // its held RESET_LUNs, if any, are answered in the next round
 }
 
 uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
@@ -95,7 +93,6 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
         ctl_.srb_seen_ = false;
         notices_ = 0;
     }
-    luns_gone_ = 0; // the new session holds no reset yet
     session_ = ctl_.session_.load();
     log_.set_prefix(ctl_.cfg_.name + ": relid " + std::to_string(req.child_relid) + ": ");
     std::string err;
@@ -225,15 +222,15 @@ void Queue::send_notices(vmbus::ChannelRuntime& ch) {
 // Resets held under ResetAnswer::Ignore: answered once the setting is another (as it says),
 // and a RESET_LUN whose LUN was detached (with success: there is nothing left to reset).
 void Queue::answer_held_resets(vmbus::ChannelRuntime& ch) {
-    const uint64_t gone = luns_gone_.exchange(0);
     if (held_resets_.empty()) return;
     const ResetAnswer a = ctl_.reset_answer_.load();
     size_t kept = 0;
     for (HeldReset& h : held_resets_) {
         const VmscsiRequest& srb = h.packet.srb;
+        // Asked of the controller now, not remembered: a detach between two rounds, or one
+        // before the reset arrived, is seen all the same.
         const bool lun_gone = static_cast<Operation>(h.packet.operation) == Operation::ResetLun &&
-                              ctl_.addresses(srb.path_id, srb.target_id) && srb.lun < Controller::kMaxLuns &&
-                              (gone >> srb.lun & 1);
+                              !ctl_.lookup(srb.path_id, srb.target_id, srb.lun);
         if (a == ResetAnswer::Ignore && !lun_gone) {
             held_resets_[kept++] = h;
             continue;
@@ -448,6 +445,9 @@ void Queue::reset(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, 
     case ResetAnswer::Fail:
         return answer_control(ch, trans_id, p, len, kStatusUnsuccessful);
     case ResetAnswer::Ignore:
+        // A RESET_LUN of a LUN that is not there has nothing to wait for.
+        if (op == Operation::ResetLun && !ctl_.lookup(p.srb.path_id, p.srb.target_id, p.srb.lun))
+            return answer_control(ch, trans_id, p, len, kStatusSuccess);
         break;
     }
     // The room of its answer was kept when the packet was taken (can_accept), and stays
@@ -670,7 +670,7 @@ void Queue::release(IoContext* ctx) {
 namespace {
 
 // A fault's answer (scsi::TransportAnswer) in place of what the command's status implies.
-void apply_transport(const scsi::TransportAnswer& t, VstorPacket& r) {
+void apply_transport(const scsi::TransportAnswer& t, uint32_t moved, VstorPacket& r) {
     if (t.op) r.status = t.op_status;
     if (!t.srb) return;
     VmscsiRequest& srb = r.srb;
@@ -680,7 +680,7 @@ void apply_transport(const scsi::TransportAnswer& t, VstorPacket& r) {
     const auto n = uint8_t(std::min<size_t>({t.sense_len, kSenseBytes, t.sense.size()}));
     std::memcpy(srb.cdb_or_sense, t.sense.data(), n);
     srb.sense_info_length = n;
-    srb.data_transfer_length = t.data_length;
+    srb.data_transfer_length = t.data_as_moved ? moved : t.data_length;
 }
 
 } // namespace
@@ -711,7 +711,7 @@ bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
             srb.srb_status |= kSrbAutosenseValid;
         }
     }
-    apply_transport(c.transport, r);
+    apply_transport(c.transport, c.data_transferred, r);
     if (!reply(ch, ctx.trans_id, r, ctx.req_len)) return false;
     completions_.inc();
     if (srb.srb_status != kSrbSuccess) srb_errors_.inc();

@@ -144,7 +144,6 @@ private:
     std::thread closer_;
     std::atomic<bool> closing_{false};
     std::atomic<uint32_t> notices_{0};   // bit 1 << Notice: to send
-    std::atomic<uint64_t> luns_gone_{0}; // bit per LUN detached: its held RESET_LUNs are answered
 
     // Counted by the worker, read by stats() from any thread.
     vmbus::ChannelStats ring_stats_;

@@ -169,12 +169,14 @@ TEST_F(FaultSrbTest, AnswerWithDataRunsTheCommandFirst) {
     Io w(cdb10(kWrite10, 8, 2), Dir::ToDevice, 1024);
     rig.run(w);
     EXPECT_EQ(be.seen.size(), 2u);
-    EXPECT_EQ(w.cmd.transport.data_length, 1024u) << "success: the whole length by default";
+    EXPECT_TRUE(w.cmd.transport.data_as_moved) << "success: what the command moved, by default";
+    EXPECT_EQ(w.cmd.data_transferred, 1024u);
     EXPECT_EQ(w.cmd.transport.scsi_status, 0x02);
     inject("srb=0x81");
     Io r2(cdb10(kRead10, 0, 1), Dir::FromDevice, 512);
     rig.run(r2);
-    EXPECT_EQ(r2.cmd.transport.data_length, 512u) << "SUCCESS with a flag is still success";
+    EXPECT_TRUE(r2.cmd.transport.data_as_moved) << "SUCCESS with a flag is still success";
+    EXPECT_EQ(r2.cmd.data_transferred, 512u);
     inject("srb=data-overrun,data=100000");
     Io r3(cdb10(kRead10, 0, 1), Dir::FromDevice, 512);
     rig.run(r3);

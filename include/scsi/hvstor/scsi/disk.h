@@ -38,7 +38,8 @@ struct TransportAnswer {
     uint8_t scsi_status = 0;   // SCSI status byte
     uint8_t sense_len = 0;     // bytes of sense (fixed format), 0 for none
     std::array<uint8_t, 18> sense{};
-    uint32_t data_length = 0;  // bytes reported transferred
+    uint32_t data_length = 0;  // bytes reported transferred (unless data_as_moved)
+    bool data_as_moved = false; // report what the command moved (a success status without data=)
     bool op = false;           // the completion's operation status is op_status
     uint32_t op_status = 0;
 };
