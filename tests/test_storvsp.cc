@@ -1696,6 +1696,26 @@ TEST_F(StorvspTest, IgnoredLunResetOfAnAbsentLunIsAnsweredAtOnce) {
     EXPECT_EQ(guest.wait(c).pkt.status, kStatusSuccess) << "a LUN that is there: held, then answered";
 }
 
+// Resets held under reset=ignore are bounded: past the cap each is answered with an error
+// and a guest-error line, and the held ones are answered once the setting changes.
+TEST_F(StorvspTest, HeldResetsAreBounded) {
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    ctl->set_reset_answer(ResetAnswer::Ignore);
+    constexpr int kCap = 64, kMore = 5;
+    for (int i = 0; i < kCap; i++) guest.send(c, reset_packet(Operation::ResetBus));
+    while (ctl->stats().resets_held < uint32_t(kCap)) std::this_thread::yield();
+    for (int i = 0; i < kMore; i++) {
+        guest.send(c, reset_packet(Operation::ResetBus));
+        EXPECT_EQ(guest.wait(c).pkt.status, kStatusInvalidDeviceState);
+    }
+    EXPECT_EQ(ctl->stats().resets_held, uint32_t(kCap));
+    EXPECT_TRUE(host.logged("resets are held already (at most 64 under reset=ignore)"));
+    ctl->set_reset_answer(ResetAnswer::Answer);
+    for (int i = 0; i < kCap; i++) EXPECT_EQ(guest.wait(c).pkt.status, kStatusSuccess);
+    EXPECT_EQ(ctl->stats().resets_held, 0u);
+}
+
 // The setting changes on one thread while the guest sends resets and I/O on two channels,
 // each with its worker: every request is answered exactly once. (Run under TSan by
 // ./hvstor test.)

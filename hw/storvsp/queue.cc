@@ -26,6 +26,7 @@ Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index), log_(c
     const size_t max_pages = ctl_.cfg_.max_transfer_bytes / kPageSize + 1;
     pool_.resize(n);
     free_.reserve(n);
+    held_resets_.reserve(kMaxHeldResets); // the worker never allocates for them
     for (auto& c : pool_) {
         c.channel = this;
         c.pages.reserve(max_pages);
@@ -449,6 +450,11 @@ void Queue::reset(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, 
         if (op == Operation::ResetLun && !ctl_.lookup(p.srb.path_id, p.srb.target_id, p.srb.lun))
             return answer_control(ch, trans_id, p, len, kStatusSuccess);
         break;
+    }
+    if (held_resets_.size() >= kMaxHeldResets) {
+        log_("operation %u: %zu resets are held already (at most %zu under reset=ignore); answered 0x%x",
+             unsigned(p.operation), held_resets_.size(), kMaxHeldResets, kStatusInvalidDeviceState);
+        return answer_control(ch, trans_id, p, len, kStatusInvalidDeviceState);
     }
     // The room of its answer was kept when the packet was taken (can_accept), and stays
     // kept while it is held (owed()).

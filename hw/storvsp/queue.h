@@ -165,6 +165,9 @@ private:
     std::atomic<uint64_t> batch_seq_{0};
     bool in_batch_ = false;
     bool pool_exhausted_ = false; // since the last look at the ring found no free slot
+    // Under reset=ignore; more are answered with an error (a guest that sends resets in a
+    // loop must not grow host memory): Linux has one reset in flight per host.
+    static constexpr size_t kMaxHeldResets = 64;
     std::vector<HeldReset> held_resets_;
 
     // Completed commands, from any thread to the worker.
