@@ -5,10 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "fake_bus.h"
-#include "fake_host.h"
-#include "storvsc_rings.h"
-#include "hvstor/backend/backend.h"
+#include "bus_rig.h"
 #include "hvstor/guest_log.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/controller.h"
@@ -21,31 +18,9 @@ using hvstor::test::StorvscRings;
 
 namespace {
 
-constexpr uint64_t kRings = 0x400000;
-constexpr uint64_t kBuf = 0x500000;
-constexpr uint32_t kPages = 2 * StorvscRings::kRingPages;
-
-class StorvspBusTest : public ::testing::Test {
+class StorvspBusTest : public hvstor::test::StorvspBusRig {
 protected:
-    void SetUp() override {
-        std::string err;
-        ram = backend::make_ram(16 << 20, err);
-        ASSERT_TRUE(ram) << err;
-        ctl = std::make_unique<Controller>(host, bus, *vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"),
-                                           ControllerConfig{});
-        ASSERT_TRUE(ctl->start(err)) << err;
-        disk = std::make_unique<scsi::Disk>(*ram, scsi::DiskConfig{}, *ctl);
-        ASSERT_TRUE(ctl->attach(0, disk.get(), err)) << err;
-    }
-    void TearDown() override {
-        ctl.reset();
-        disk.reset();
-    }
-    StorvscRings::Chan open_primary() {
-        auto c = guest.rings(ctl->primary_relid(), kRings);
-        EXPECT_EQ(bus.open(c.relid, kRings, kPages), vmbus::kStatusSuccess);
-        return c;
-    }
+    void SetUp() override { build({}, kInstance, 16 << 20); }
     static VmscsiRequest rw10(bool write, uint32_t lba, uint16_t blocks) {
         VmscsiRequest s{};
         s.cdb_length = 10;
@@ -56,13 +31,6 @@ protected:
         s.sense_info_length = kSenseBytes;
         return s;
     }
-
-    FakeHost host;
-    LoopbackBus bus;
-    StorvscRings guest{host, [this](StorvscRings::Chan& c) { bus.signal(c.relid); }};
-    std::unique_ptr<backend::Backend> ram;
-    std::unique_ptr<Controller> ctl;
-    std::unique_ptr<scsi::Disk> disk;
 };
 
 TEST_F(StorvspBusTest, PrimaryIsOfferedAsASyntheticScsiController) {

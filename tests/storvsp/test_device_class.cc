@@ -5,10 +5,7 @@
 
 #include <cstring>
 
-#include "fake_bus.h"
-#include "fake_host.h"
-#include "storvsc_rings.h"
-#include "hvstor/backend/backend.h"
+#include "bus_rig.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/controller.h"
 
@@ -20,15 +17,12 @@ using hvstor::test::StorvscRings;
 
 namespace {
 
-constexpr uint64_t kRings = 0x400000;
-constexpr uint64_t kBuf = 0x500000;
-constexpr uint32_t kPages = 2 * StorvscRings::kRingPages;
-constexpr const char* kScsiInstance = "f8b3781b-1e82-4818-a1c3-63d806ec1500";
+constexpr const char* kScsiInstance = hvstor::test::StorvspBusRig::kInstance;
 // As Hyper-V names an IDE accelerator: channel 1, target (device) 1.
 constexpr const char* kIdeInstance = "00000001-0001-8899-0000-000000000000";
 constexpr uint64_t kPortWwn = 0xc003ff0000ff0101, kNodeWwn = 0x5001a4b2c3d4e5f6;
 
-class DeviceClassTest : public ::testing::Test {
+class DeviceClassTest : public hvstor::test::StorvspBusRig {
 protected:
     // A controller of class `cls` with a RAM disk at LUN 0, offered on the loopback bus.
     void build(DeviceClass cls, const char* instance = kScsiInstance) {
@@ -39,22 +33,7 @@ protected:
             cfg.port_wwn = kPortWwn;
             cfg.node_wwn = kNodeWwn;
         }
-        std::string err;
-        ram = backend::make_ram(1 << 20, err);
-        ASSERT_TRUE(ram) << err;
-        ctl = std::make_unique<Controller>(host, bus, *vmbus::Guid::parse(instance), cfg);
-        ASSERT_TRUE(ctl->start(err)) << err;
-        disk = std::make_unique<scsi::Disk>(*ram, scsi::DiskConfig{}, *ctl);
-        ASSERT_TRUE(ctl->attach(0, disk.get(), err)) << err;
-    }
-    void TearDown() override {
-        ctl.reset();
-        disk.reset();
-    }
-    StorvscRings::Chan open_primary() {
-        auto c = guest.rings(ctl->primary_relid(), kRings);
-        EXPECT_EQ(bus.open(c.relid, kRings, kPages), vmbus::kStatusSuccess);
-        return c;
+        StorvspBusRig::build(cfg, instance);
     }
     // Sends a control operation with nothing but its code; its answer.
     StorvscRings::Completion op(StorvscRings::Chan& c, Operation o, size_t len = sizeof(VstorPacket)) {
@@ -103,12 +82,6 @@ protected:
         return v;
     }
 
-    FakeHost host;
-    LoopbackBus bus;
-    StorvscRings guest{host, [this](StorvscRings::Chan& c) { bus.signal(c.relid); }};
-    std::unique_ptr<backend::Backend> ram;
-    std::unique_ptr<Controller> ctl;
-    std::unique_ptr<scsi::Disk> disk;
 };
 
 TEST(DeviceClass, NamesAndGuidsAreTheThreeStorvscBinds) {
