@@ -588,6 +588,9 @@ check_custom_tree() {
   fi
   command -v "$CC" >/dev/null || die "the compiler $CC (the tree was built with: ${text:-unknown}) is not on this host: install it or give --cc"
   if grep -q '^CONFIG_CC_IS_CLANG=y' "$KDIR/include/config/auto.conf"; then MAKE_EXTRA+=(LLVM=1); fi
+  # A kernel with gcov: the module's lines are counted too (coverage = lines), its notes
+  # file (storvsc_drv.gcno) kept beside it.
+  if grep -q '^CONFIG_GCOV_KERNEL=y' "$KDIR/include/config/auto.conf"; then MAKE_EXTRA+=(GCOV_PROFILE_storvsc_drv.o=y); fi
 }
 
 # --- the cache lock, and starting over -------------------------------------------------------
@@ -756,6 +759,7 @@ rm -rf "$OUT_DIR.tmp"
 mkdir -p "$OUT_DIR.tmp"
 cp "$MOD_DIR/hv_storvsc.ko" "$OUT_DIR.tmp/"
 cp "$MOD_DIR/storvsc_drv.c" "$OUT_DIR.tmp/storvsc_drv.c"
+[ ! -f "$MOD_DIR/storvsc_drv.gcno" ] || cp "$MOD_DIR/storvsc_drv.gcno" "$OUT_DIR.tmp/"
 [ -z "$PATCH_FILE" ] || cp "$PATCH_FILE" "$OUT_DIR.tmp/applied.patch"
 {
   echo "kernel=$KVER"

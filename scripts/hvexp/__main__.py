@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--modules", help="with --kernel PATH: its lib/modules/<version> tree")
     r.add_argument("--patch", help="every variant loads hv_storvsc built with this patch (in place of the "
                                    "spec's patch or ko): a suite run on your change")
+    r.add_argument("--coverage", choices=("functions", "lines", "off"),
+                   help="every variant counts coverage so (as coverage = ...): lines needs a kernel built with "
+                        "CONFIG_GCOV_KERNEL (./hvstor kernel-build --gcov)")
     r.add_argument("--dry-run", action="store_true", help="print each variant's guest (kernel, vCPUs, kernel command line, QEMU device arguments) and the guest script")
     r.add_argument("--shard", type=_shard, metavar="K/N",
                    help="boot only shard K of N of the runs (each variant's repetitions dealt over the shards); "

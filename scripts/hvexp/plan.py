@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import overload
 
-from hvmachine import paths as machine_paths
+from hvmachine import coverage as machine_coverage, paths as machine_paths
 from hvmachine.guest import Controller, Device, Disk, Guest, GuestError, Props, parse_props
 
 from . import expect, fiojob, timeline as timelinemod, verdicts
@@ -124,6 +124,9 @@ class Variant:
     host_load: int = 0          # busy processes at nice 19 on the host while the guest runs
     timeline: list[timelinemod.Event] = field(default_factory=list)
     coverage: bool = False      # count which functions of hv_storvsc ran
+    lines: bool = False         # coverage = lines: count which lines of storvsc_drv.c ran (gcov)
+    gcno: str = ""              # coverage = lines: storvsc_drv.gcno of the variant's module
+    changed: dict[int, str] = field(default_factory=dict)  # ... the lines its patch adds or changes
     fio_judged: bool = False    # a guest verdict judges fio's errors: its failing is no failed run
     may_go: set[int] = field(default_factory=set)   # LUNs whose disk may be gone at the end
     presence_judged: set[int] = field(default_factory=set)  # LUNs a DISK.present verdict judges
@@ -210,7 +213,8 @@ class Plan:
             var.scale = self.scale if self._slowed else 1.0
             if self._slowed:
                 slowed.append(v)
-        verdicts.check(spec, list(self.disk_names), {v: x.coverage for v, x in self.variants.items()})
+        verdicts.check(spec, list(self.disk_names), {v: x.coverage for v, x in self.variants.items()},
+                       {v: x.lines for v, x in self.variants.items()})
         self.perf_used = bool(slowed)
         self.eff_scale = self.scale if self.perf_used else 1.0
         # Rendered once: a change to the template while an experiment runs does not reach it.
@@ -319,7 +323,10 @@ class Plan:
                       mod.want_srcversion, params, " ".join(append), tunables, setup.hw, setup.scsi_debug,
                       summary, timeout, sec.get("published", ""), sec.get("published-ratio", ""),
                       setup.wait_disks, setup.initramfs_modules, load)
-        var.coverage = self._coverage(v, device)
+        var.coverage = self._coverage(v, device) != "off"
+        var.lines = self._coverage(v, device) == "lines"
+        if var.lines:
+            var.gcno, var.changed = self._lines(v, var)
         var.timeline = self._timeline(v, var)
         self._verdict_facts(v, var)
         return var
@@ -347,13 +354,35 @@ class Plan:
         return timelinemod.Targets({n: f"disk{i}" for n, i in self.disk_names.items()}, later, ["scsi0"],
                                    {f"disk{i}": i for i in self.disk_names.values()})
 
-    def _coverage(self, v: str, device: str) -> bool:
+    def _coverage(self, v: str, device: str) -> str:
         c = self._val(v, "coverage", "off")
-        if c not in ("functions", "off"):
-            raise self._err(v, "coverage", f"coverage is functions or off, got '{c}'")
-        if c == "functions" and device != "hv-storvsc":
-            raise self._err(v, "coverage", f"coverage counts hv_storvsc's functions: the variant runs on {device}")
-        return c == "functions"
+        if c not in ("functions", "lines", "off"):
+            raise self._err(v, "coverage", f"coverage is functions, lines or off, got '{c}'")
+        if c != "off" and device != "hv-storvsc":
+            raise self._err(v, "coverage", f"coverage counts hv_storvsc's {c}: the variant runs on {device}")
+        return c
+
+    def _lines(self, v: str, var: Variant) -> tuple[str, dict[int, str]]:
+        """coverage = lines: the notes file of the variant's storvsc_drv.c (its kernel built
+        with CONFIG_GCOV_KERNEL), and the lines its patch adds or changes (from the source
+        before and after, which scripts/build-module.sh keeps)."""
+        if var.kernel in DEBIAN_KERNELS:
+            raise self._err(v, "coverage", f"coverage = lines needs a kernel built with CONFIG_GCOV_KERNEL, given as "
+                                           f"paths ({var.kernel} is not: guest-kernel/gcov.config, docs/test-your-patch.md)")
+        if var.patch and not os.path.isfile(var.ko):
+            return "", {}                       # a plan that builds nothing (--dry-run)
+        try:
+            gcno = machine_coverage.find_gcno("storvsc_drv", "hv_storvsc", var.ko or None, var.modules or None)
+        except machine_coverage.CoverageError as e:
+            raise self._err(v, "coverage", str(e)) from None
+        info = os.path.join(os.path.dirname(var.ko), "build-info") if var.ko else ""
+        src = dict(ln.split("=", 1) for ln in _read(info).splitlines() if "=" in ln).get("source", "") if info else ""
+        if not (var.patch and src):
+            return gcno, {}
+        new = _read(os.path.join(os.path.dirname(var.ko), "storvsc_drv.c")).splitlines()
+        # build-module.sh stamps the module with a version line of its own: not the patch's.
+        return gcno, {n: new[n - 1] for n in machine_coverage.changed_lines(_read(src), "\n".join(new))
+                      if new[n - 1].strip() and 'MODULE_VERSION("hvstor-' not in new[n - 1]}
 
     def _timeline(self, v: str, var: Variant) -> list[timelinemod.Event]:
         text = self._val(v, "timeline", "")
@@ -615,7 +644,7 @@ class Plan:
                      blockdevs=list(hw.blockdevs), devices=list(hw.devices), qemu_args=extra,
                      append=var.append.split(), initramfs_modules=list(var.initramfs_modules),
                      cmd=self.scripts[v], wait_disks=var.wait_disks, results=True,
-                     coverage="hv_storvsc" if var.coverage else None,
+                     coverage="hv_storvsc" if var.coverage else None, gcov=var.gcno or None,
                      timeout=float(var.timeout), quiet=True)
 
     def _scsi_debug(self, v: str, vcpus: int, params: list[str]) -> dict[str, str]:
@@ -704,3 +733,12 @@ def _reads(text: str) -> bool:
         return True
     except verdicts.VerdictError:
         return False
+
+
+def _read(path: str) -> str:
+    """A text file's content ("" when it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""

@@ -335,7 +335,8 @@ class Report:
             sp = specmod.load(self.spec_path)
             expect.check(sp, self._job(sp))
             verdicts.check(sp, list(verdicts.disk_luns(sp)),
-                           {v: bool(self.vinfo[v].get("coverage")) if v in self.vinfo else True for v in sp.variants})
+                           {v: bool(self.vinfo[v].get("coverage")) if v in self.vinfo else True for v in sp.variants},
+                           {v: bool(self.vinfo[v].get("lines")) if v in self.vinfo else True for v in sp.variants})
         except specmod.SpecError as err:
             raise ReportError(str(err)) from None
         out: list[Outcome] = []
@@ -472,7 +473,7 @@ class Report:
             L += ["", f"Published against measured (ratio to {self.baseline}):"] + pubs
         L += self.medians_text()
         L += self.attribution_text()
-        L += self.timeline_text() + self.coverage_text() + self.kernel_log_text()
+        L += self.timeline_text() + self.coverage_text() + self.lines_text() + self.kernel_log_text()
         L += self.expectations_text()
         bad = self.failed_runs()
         if bad or self.missing_runs():
@@ -568,6 +569,34 @@ class Report:
                      f"not run: {', '.join(c['not_run']) or 'none'}")
         return L
 
+    def lines(self) -> dict[str, dict[str, object]]:
+        """Per variant that counted lines (coverage = lines), storvsc_drv.c's executable
+        lines that ran in its runs, and those of its change."""
+        out: dict[str, dict[str, object]] = {}
+        for v in self.variants:
+            u = verdicts.lines_union(self.run_facts[v])
+            if u is None:
+                continue
+            ran, missed = u.change()
+            out[v] = {"file": u.file, "executable": len(u.counts), "ran": len(u.ran()),
+                      "not_run": sorted(set(u.counts) - set(u.ran())),
+                      "change": {"lines": len(ran) + len(missed), "ran": ran,
+                                 "not_run": [[n, u.changed[n]] for n in missed]} if u.changed else None}
+        return out
+
+    def lines_text(self) -> list[str]:
+        L: list[str] = []
+        for v in self.variants:
+            u = verdicts.lines_union(self.run_facts[v])
+            if u is None:
+                continue
+            n, got = len(u.counts), len(u.ran())
+            L.append(f"  {v:<{self.w}} {got} of {n} lines ({100 * got / max(n, 1):.0f}%)")
+            if u.changed:
+                L.append(f"  {'':<{self.w}} {verdicts.describe_change(u)}")
+        return (["", "Lines of storvsc_drv.c that ran (gcov; coverage = lines; runs' counts in runs/*/rep*/lines.json):"]
+                + L) if L else []
+
     def kernel_log_text(self) -> list[str]:
         """What the guest kernel said that matters, per run: its I/O errors and storvsc's
         lines (the whole log is each run's dmesg.txt)."""
@@ -607,6 +636,7 @@ class Report:
             "attribution": {v: a.as_json() for v, a in self.attribution.items()},
             "timeline": {v: {str(r): ev for r, ev in reps.items()} for v, reps in self.timelines().items()},
             "coverage": self.coverage(),
+            "lines": self.lines(),
             "guest": {v: {str(f.rep): {"fio_errors": f.fio_errors, "fio_verify_failed": f.fio_verify_failed,
                                        "io_errors": len(f.io_error_lines()), "scsi_timeouts": f.counter("iotmo"),
                                        "scsi_errors": f.counter("ioerr"), "facts": f.values}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from hvmachine.assets import AssetError
+from hvmachine.coverage import CoverageError
 from hvmachine.guest import GuestError
 from hvmachine.machine import BootError, BootFailed, BootResult, Machine, RESULTS_PORT, KMSG_PORT
 from hvmachine.qemu import QemuError, qemu_binary
@@ -27,6 +28,7 @@ from . import plan as planmod
 from . import report as reportmod
 from . import shards as shardmod
 from . import timeline as timelinemod
+from . import verdicts
 from .params import param_matches
 from .plan import ROOT
 from .results import Row
@@ -236,8 +238,10 @@ def boot_run(plan: planmod.Plan, v: str, run_dir: str, qemu: str) -> tuple[Optio
                 r = m.finish()
             _save(run_dir, "timeline.json", [d.as_json() for d in done] if done else None)
             _save(run_dir, "coverage.json", r.coverage)
+            _save(run_dir, "lines.json", verdicts.Lines("storvsc_drv.c", r.lines, var.changed).as_json()
+                  if r.lines is not None else None)
             return r, ""
-    except (BootError, AssetError, QemuError, GuestError) as e:
+    except (BootError, AssetError, QemuError, GuestError, CoverageError) as e:
         return None, str(e)
     finally:
         for p in load:
@@ -391,7 +395,7 @@ def plan_json(plan: planmod.Plan) -> dict[str, Any]:
         "variants": [{"name": v, "summary": x.summary, "device": x.device, "kernel": x.kernel,
                       "ko": x.ko, "want_version": x.want_version, "params": x.params, "scale": x.scale,
                       "scsi_debug": x.scsi_debug, "published": x.published,
-                      "published_ratio": x.published_ratio, "coverage": x.coverage,
+                      "published_ratio": x.published_ratio, "coverage": x.coverage, "lines": x.lines,
                       "timeline": [e.text for e in x.timeline]} for v, x in plan.variants.items()],
     }
 
@@ -506,7 +510,7 @@ def results_folder(name: str, given: Optional[str]) -> str:
 
 def overrides(args: argparse.Namespace) -> dict[str, str]:
     """What the command line sets for every variant: --kernel (and --modules), --patch
-    (which takes the place of a spec's ko)."""
+    (which takes the place of a spec's ko), --coverage."""
     out: dict[str, str] = {}
     if getattr(args, "kernel", None):
         out["kernel"] = args.kernel
@@ -516,6 +520,8 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     if getattr(args, "patch", None):
         patch = os.path.abspath(args.patch) if os.path.exists(args.patch) else args.patch
         out["patch"], out["ko"] = patch, ""
+    if getattr(args, "coverage", None):
+        out["coverage"] = args.coverage
     return out
 
 

@@ -15,6 +15,8 @@ guest kernel's log, a disk present or gone at the end, which functions of hv_sto
     expect = coverage.functions >= 90%   of hv_storvsc's functions, ran in the variant's runs
     expect = coverage.all >= 90%         ... in all the experiment's runs together
     expect = coverage.FUNCTION = ran     a function ran in the variant's runs (or: not-run)
+    expect = coverage.lines >= 60%       of storvsc_drv.c's lines, ran (coverage = lines: gcov)
+    expect = coverage.change >= 80%      of the lines the variant's patch adds or changes
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from .spec import Spec
 _OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
         "<": lambda a, b: a < b, "=": lambda a, b: a == b}
 _COUNT = re.compile(r"^(fio\.errors|guest\.io_errors|scsi\.timeouts|scsi\.errors)\s*(>=|<=|>|<|=)\s*([0-9]+)$")
-_FRACTION = re.compile(r"^coverage\.(functions|all)\s*(>=|<=|>|<|=)\s*([0-9]+(?:\.[0-9]+)?)%$")
+_FRACTION = re.compile(r"^coverage\.(functions|all|lines|change)\s*(>=|<=|>|<|=)\s*([0-9]+(?:\.[0-9]+)?)%$")
 _WORD = re.compile(r"^(fio\.verify|[A-Za-z0-9_.-]+\.present|coverage\.[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+)$")
 _LOG = re.compile(r"^log\s*(!?~)\s*(.+)$")
 # A line that starts with a verdict's own key is one, even when the rest does not read.
 _KEY = re.compile(r"^(fio\.errors|fio\.verify|guest\.io_errors|scsi\.timeouts|scsi\.errors|coverage\.functions|"
-                  r"coverage\.all)(\s|[<>=]|$)")
+                  r"coverage\.all|coverage\.lines|coverage\.change)(\s|[<>=]|$)")
+LINE_KEYS = ("coverage.lines", "coverage.change")
 # What the guest kernel logs for a failed I/O.
 IO_ERROR = re.compile(r"I/O error, dev |critical (medium|target|nexus|space allocation|protection) error|"
                       r"Buffer I/O error|blk_update_request: .*error")
@@ -83,22 +86,24 @@ def parse(text: str, line: int = 0, scope: str = "") -> Verdict:
     m = _WORD.match(s)
     if not m:
         raise VerdictError(f"cannot read '{text.strip()}' as a guest verdict: want fio.errors, guest.io_errors, "
-                           "scsi.timeouts or scsi.errors OP COUNT; coverage.functions or coverage.all OP PERCENT%; "
+                           "scsi.timeouts or scsi.errors OP COUNT; coverage.functions, .all, .lines or .change OP PERCENT%; "
                            "fio.verify = ok|failed; DISK.present = yes|no; coverage.FUNCTION = ran|not-run; "
                            "log ~ REGEX or log !~ REGEX (OP >= <= > < =)")
     key, value = m.group(1), m.group(2)
-    if key in ("coverage.functions", "coverage.all"):
-        raise VerdictError(f"{key} is a share of the functions: {key} >= 90%, not = {value}")
+    if key in ("coverage.functions", "coverage.all") + LINE_KEYS:
+        raise VerdictError(f"{key} is a share of the {'lines' if key in LINE_KEYS else 'functions'}: "
+                           f"{key} >= 90%, not = {value}")
     kind = "present" if key.endswith(".present") else "coverage" if key.startswith("coverage.") else key
     if value not in WORDS[kind]:
         raise VerdictError(f"{key} is {' or '.join(WORDS[kind])}, not '{value}'")
     return Verdict(text.strip(), key, "=", value, line, scope)
 
 
-def check(sp: Spec, disks: List[str], coverage: Dict[str, bool]) -> None:
+def check(sp: Spec, disks: List[str], coverage: Dict[str, bool], lines: Optional[Dict[str, bool]] = None) -> None:
     """Every verdict line of the spec before the first boot: it reads, names a disk the
     spec has, asks for coverage only where it is counted. disks: the names a disk may go
-    by; coverage: per variant, whether its runs count functions. SpecError at the line."""
+    by; coverage: per variant, whether its runs count functions; lines: ... and lines
+    (coverage = lines). SpecError at the line."""
     sections = [("", sp.experiment)] + list(sp.variants.items())
     for scope, sec in sections:
         for text, line in sec.expects:
@@ -114,10 +119,11 @@ def check(sp: Spec, disks: List[str], coverage: Dict[str, bool]) -> None:
             if v.key.startswith("coverage."):
                 # A variant left out of the run (--variants) is not judged: not checked.
                 scopes = [scope] if scope in coverage else [] if scope else list(coverage)
-                off = [s for s in scopes if not coverage.get(s)]
+                counted = (lines or {}) if v.key in LINE_KEYS else coverage
+                off = [s for s in scopes if not counted.get(s)]
                 if off:
                     raise sp.error(line, f"expect {v.text}: coverage is not counted for {', '.join(off)} "
-                                         "(coverage = functions)")
+                                         f"(coverage = {'lines' if v.key in LINE_KEYS else 'functions'})")
 
 
 def disk_luns(sp: Spec) -> Dict[str, int]:
@@ -140,6 +146,7 @@ class RunFacts:
     fio_verify_failed: int = 0
     kernel_log: List[str] = field(default_factory=list)
     coverage: Optional[Dict[str, int]] = None
+    lines: Optional["Lines"] = None
 
     def io_error_lines(self) -> List[str]:
         return [ln for ln in self.kernel_log if IO_ERROR.search(ln)]
@@ -179,6 +186,7 @@ def run_facts(run_dir: str, rep: int) -> RunFacts:
             f.coverage = {str(k): int(v) for k, v in json.load(fh).items()}
     except (OSError, ValueError):
         pass
+    f.lines = Lines.load(os.path.join(run_dir, "lines.json"))
     return f
 
 
@@ -222,6 +230,8 @@ def evaluate(v: Verdict, variant: str, runs: List[RunFacts], luns: Dict[str, int
     """One verdict for one variant over its runs (luns: disk name -> LUN)."""
     if not runs:
         return VerdictOutcome(v, variant, False, None, "no run to judge", where)
+    if v.key in LINE_KEYS:
+        return _lines_outcome(v, variant, runs, where)
     if v.key.startswith("coverage."):
         return _coverage_outcome(v, variant, runs, where)
     bad: List[str] = []
@@ -288,3 +298,80 @@ def _coverage_outcome(v: Verdict, variant: str, runs: List[RunFacts], where: str
         return VerdictOutcome(v, variant, False, None, why, where)
     got = "ran" if fn in ran else "not-run"
     return VerdictOutcome(v, variant, got == v.value, None, f"{fn} {got}", where)
+
+
+# --- line coverage -------------------------------------------------------------------------
+@dataclass
+class Lines:
+    """Line coverage of one source file (gcov): runs per executable line, and the lines the
+    variant's patch added or changed, with their text (lines.json of a run)."""
+    file: str
+    counts: Dict[int, int]
+    changed: Dict[int, str]
+
+    @staticmethod
+    def load(path: str) -> Optional["Lines"]:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                d = json.load(fh)
+            return Lines(str(d["file"]), {int(k): int(x) for k, x in d["counts"].items()},
+                         {int(k): str(x) for k, x in d.get("changed", {}).items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def as_json(self) -> Dict[str, object]:
+        return {"file": self.file, "counts": {str(k): x for k, x in sorted(self.counts.items())},
+                "changed": {str(k): x for k, x in sorted(self.changed.items())}}
+
+    def ran(self) -> List[int]:
+        return sorted(n for n, c in self.counts.items() if c > 0)
+
+    def change(self) -> Tuple[List[int], List[int]]:
+        """(changed lines that ran, changed lines that did not): executable ones only (a
+        blank, a brace or a comment has no count)."""
+        lines = sorted(n for n in self.changed if n in self.counts)
+        return [n for n in lines if self.counts[n] > 0], [n for n in lines if self.counts[n] == 0]
+
+
+def lines_union(runs: List[RunFacts]) -> Optional[Lines]:
+    """The runs' line counts added up (None when none counted lines)."""
+    out: Optional[Lines] = None
+    for r in runs:
+        if r.lines is None:
+            continue
+        if out is None:
+            out = Lines(r.lines.file, {}, dict(r.lines.changed))
+        for n, c in r.lines.counts.items():
+            out.counts[n] = out.counts.get(n, 0) + c
+    return out
+
+
+def describe_change(lines: Lines, limit: int = 8) -> str:
+    """"your change: 14 of 17 lines executed; not run: 812 `x = y;`, ..." ("" without one)."""
+    ran, missed = lines.change()
+    if not lines.changed:
+        return ""
+    if not ran and not missed:
+        return f"your change: none of its {len(lines.changed)} line(s) is executable code"
+    shown = ", ".join(f"{n} `{lines.changed[n].strip()}`" for n in missed[:limit])
+    more = f" and {len(missed) - limit} more" if len(missed) > limit else ""
+    return (f"your change: {len(ran)} of {len(ran) + len(missed)} lines executed"
+            + (f"; not run: {shown}{more}" if missed else ""))
+
+
+def _lines_outcome(v: Verdict, variant: str, runs: List[RunFacts], where: str) -> VerdictOutcome:
+    u = lines_union(runs)
+    if u is None:
+        return VerdictOutcome(v, variant, False, None, "no line coverage came back (gcov)", where)
+    if v.key == "coverage.lines":
+        got, n = len(u.ran()), len(u.counts)
+        what = f"{got} of {n} executable lines of {u.file} ran"
+    else:
+        ran, missed = u.change()
+        got, n = len(ran), len(ran) + len(missed)
+        if not n:
+            why = "the variant changes no line of " + u.file if not u.changed else describe_change(u)
+            return VerdictOutcome(v, variant, False, None, why, where)
+        what = describe_change(u)
+    pct = 100.0 * got / n
+    return VerdictOutcome(v, variant, _OPS[v.op](pct, float(v.value)), pct, f"{what} ({pct:.0f}%)", where)

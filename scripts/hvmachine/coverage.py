@@ -7,16 +7,21 @@ a module that is not loaded yet when it loads. The events are filtered out (noth
 written to the trace buffer) but each probe still counts its hits, and at the end of the
 command the guest's init sends /sys/kernel/tracing/kprobe_profile with the results. Both
 Debian kernels (6.1, 6.12) have CONFIG_KPROBE_EVENTS.
+
+Line coverage (below) reads the counts gcov keeps in a kernel built with CONFIG_GCOV_KERNEL.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import lzma
 import os
 import re
+import shutil
 import subprocess
 import tempfile
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 PROFILE = "coverage-profile"          # the file in the results folder
 FUNCTIONS = "cov-functions"           # the list the init reads, in /hvstor of the initramfs
@@ -92,3 +97,74 @@ def parse_profile(text: str, functions: List[str]) -> Dict[str, int]:
             if i < len(functions):
                 hits[functions[i]] = int(parts[1])
     return hits
+
+
+# --- line coverage (gcov) --------------------------------------------------------------------
+# A kernel built with CONFIG_GCOV_KERNEL and a source file profiled (GCOV_PROFILE_<name>.o)
+# counts the runs of each line of that file; the guest's init sends the counts (the .gcda
+# file debugfs shows) with the results, and gcov reads them with the notes file (.gcno) the
+# compiler wrote beside the object.
+
+GCDA_DIR = "gcov"        # the folder of the results the .gcda lands in
+
+
+def find_gcno(name: str, module: str, ko: Optional[str], modules: Optional[str]) -> str:
+    """The notes file of NAME.c, compiled into `module`: beside a module built by
+    scripts/build-module.sh (`ko`); else beside the module in the modules tree (where a CI
+    artifact without the build tree puts it), or in the kernel's build tree (the `build`
+    link `make modules_install` leaves) at the module's path. CoverageError says where it
+    looked."""
+    looked = []
+    places = [os.path.dirname(os.path.abspath(ko))] if ko else []
+    if modules and not ko:
+        mod = find_module(modules, module)
+        rel = os.path.relpath(os.path.dirname(mod), modules)
+        places += [os.path.dirname(mod), os.path.join(modules, "build", os.path.relpath(rel, "kernel"))]
+    for d in places:
+        p = os.path.join(d, name + ".gcno")
+        if os.path.isfile(p):
+            return p
+        looked.append(p)
+    raise CoverageError(
+        f"no {name}.gcno ({', '.join(looked) or 'no module file or modules tree to look in'}): "
+        "line coverage needs a kernel built with CONFIG_GCOV_KERNEL and "
+        f"GCOV_PROFILE_{name}.o=y (guest-kernel/gcov.config), and its notes file")
+
+
+def gcov_lines(gcno: str, gcda: str, source: str) -> Dict[int, int]:
+    """Runs per executable line of `source` (a file name such as storvsc_drv.c) from a
+    notes and a data file, read by the gcov of the host's compiler. CoverageError when
+    gcov cannot read them (a data file of another build, another compiler version)."""
+    stem = os.path.splitext(os.path.basename(gcno))[0]
+    with tempfile.TemporaryDirectory(prefix="hvgcov-") as tmp:
+        shutil.copyfile(gcno, os.path.join(tmp, stem + ".gcno"))
+        shutil.copyfile(gcda, os.path.join(tmp, stem + ".gcda"))
+        r = subprocess.run([os.environ.get("GCOV", "gcov"), "--json-format", "--stdout", stem + ".gcda"],
+                           cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    problems = [ln for ln in r.stderr.splitlines() if "mismatch" in ln or "version" in ln or "cannot" in ln]
+    if r.returncode != 0 or problems:
+        raise CoverageError(f"gcov cannot read {gcda} with {gcno}: "
+                            f"{'; '.join(problems or r.stderr.strip().splitlines()[-3:]) or 'exit status %d' % r.returncode}")
+    lines: Dict[int, int] = {}
+    for doc in r.stdout.splitlines():
+        if not doc.startswith("{"):
+            continue
+        for f in json.loads(doc).get("files", []):
+            if os.path.basename(f.get("file", "")) != source:
+                continue
+            for ln in f.get("lines", []):
+                n = int(ln["line_number"])
+                lines[n] = lines.get(n, 0) + int(ln["count"])
+    if not lines:
+        raise CoverageError(f"gcov found no lines of {source} in {gcno}")
+    return lines
+
+
+def changed_lines(old: str, new: str) -> List[int]:
+    """The lines of `new` (1-based) a change added or altered, against `old` (file texts)."""
+    a, b = old.splitlines(), new.splitlines()
+    out: List[int] = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            out.extend(range(j1 + 1, j2 + 1))
+    return out

@@ -86,6 +86,7 @@ class Guest:
     quiet: bool = False                  # "quiet" on the kernel command line
     tolerate: List[str] = field(default_factory=list)  # kernel reports that may happen
     coverage: Optional[str] = None       # a module whose functions' hits to count (coverage.py)
+    gcov: Optional[str] = None           # the .gcno of a profiled source: its lines' runs (coverage.py)
     resume_lun: Optional[int] = None     # resume from the hibernation image on the disk at this LUN
     files: Dict[str, bytes] = field(default_factory=dict)  # more files for /hvstor in the guest
 
@@ -114,6 +115,8 @@ class Guest:
             raise GuestError("the results channel goes with a guest command")
         if self.coverage is not None and not (self.results and re.fullmatch(r"[a-z0-9_]+", self.coverage)):
             raise GuestError(f"coverage of '{self.coverage}' wants a module name and the results channel")
+        if self.gcov is not None and not (self.results and self.gcov.endswith(".gcno") and os.path.isfile(self.gcov)):
+            raise GuestError(f"gcov wants the .gcno file of a profiled source and the results channel, got '{self.gcov}'")
         for name in self.files:
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "cmd":
                 raise GuestError(f"files: '{name}' is not a name for a file in /hvstor")
@@ -239,6 +242,8 @@ class Guest:
             words.append("hvstor.modules=" + ",".join(self.load_modules))
         if self.coverage:
             words.append(f"hvstor.cov={self.coverage}")
+        if self.gcov:
+            words.append(f"hvstor.gcov={os.path.basename(self.gcov)[:-len('.gcno')]}")
         if self.resume_lun is not None:
             words.append(f"hvstor.resume={self.resume_lun}")
         return " ".join(words + self.append)

@@ -81,6 +81,7 @@ class BootResult:
     kernel_log: str                # the guest kernel's whole log (dmesg)
     noted: List[str]               # kernel reports that did not end the boot
     coverage: Optional[Dict[str, int]]  # Guest.coverage: hits per function of the module
+    lines: Optional[Dict[int, int]]     # Guest.gcov: runs per executable line of its source
     qemu_output: str
     qemu_exitcode: Optional[int]   # QEMU's exit status (negative: the signal that ended it)
     ready_after: Optional[float]   # seconds from the launch to the guest's init being ready
@@ -672,6 +673,7 @@ class Machine:
             status=self._console.status,
             failure=failure, output=list(self._console.output), console=list(self._console.lines),
             kernel_log=self._kmsg.text(), noted=list(self._kmsg.noted), coverage=self._coverage(),
+            lines=self._lines(),
             qemu_output=self._vm.get_log() or "", qemu_exitcode=self._vm.exitcode(), ready_after=ready,
             elapsed=time.monotonic() - self._started, console_log=self.console_log,
             kernel_log_path=self.kernel_log, warnings=list(self._warnings),
@@ -691,6 +693,25 @@ class Machine:
             return None
         refused = coveragemod.refused(self._kmsg.text(), self._cov_functions)
         return {fn: -1 if fn in refused else hits.get(fn, -2) for fn in self._cov_functions}
+
+    def _lines(self) -> Optional[Dict[int, int]]:
+        """Runs per executable line of the source Guest.gcov profiles, from the .gcda the
+        guest sent (None, with a warning saying why, when none came back or gcov could not
+        read it)."""
+        g = self.guest
+        if not g.gcov or self.results_dir is None:
+            return None
+        stem = os.path.basename(g.gcov)[:-len(".gcno")]
+        gcda = os.path.join(self.results_dir, coveragemod.GCDA_DIR, stem + ".gcda")
+        if not os.path.isfile(gcda):
+            said = [ln for ln in self._console.lines if ln.startswith("hvstor-init: gcov:")]
+            self._warnings.append(f"no line coverage came back ({said[-1] if said else 'no ' + stem + '.gcda in the results'})")
+            return None
+        try:
+            return coveragemod.gcov_lines(g.gcov, gcda, stem + ".c")
+        except coveragemod.CoverageError as e:
+            self._warnings.append(str(e))
+            return None
 
     def _keep_logs(self) -> None:
         """A boot in a temporary folder keeps its logs (console, kernel log, QEMU's output)

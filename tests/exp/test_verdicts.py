@@ -98,8 +98,8 @@ def test_coverage_is_counted_on_hv_storvsc_only() -> None:
         e = refused(spec_text(exp_extra="coverage = functions", stock_extra=device), "coverage = functions")
         kind = device.split("\n")[0].split(" = ")[1]
         assert e.message == f"variant stock: coverage counts hv_storvsc's functions: the variant runs on {kind}"
-    e = refused(spec_text(stock_extra="coverage = lines"), "coverage = lines")
-    assert e.message == "variant stock: coverage is functions or off, got 'lines'"
+    e = refused(spec_text(stock_extra="coverage = branches"), "coverage = branches")
+    assert e.message == "variant stock: coverage is functions, lines or off, got 'branches'"
 
 
 # --- what a run's folder says ------------------------------------------------------------

@@ -17,7 +17,8 @@ The script is a JSON list of steps in the file $HVSTOR_FAKE_QEMU_SCRIPT:
     ["wait-file", PATH]        until PATH exists (the test's go-ahead)
     ["event", NAME, DATA]      a QMP event
     ["results", {NAME: TEXT}, KEEP]  a tar archive of these files on the results channel
-                               (its first KEEP bytes only, when KEEP is given)
+                               (its first KEEP bytes only, when KEEP is given); TEXT, or
+                               {"hex": HEX} for bytes
     ["stderr", TEXT]           a line on QEMU's own output
     ["stderr-raw", TEXT]       bytes (one a character, as console-raw) on QEMU's output
     ["sleep", S]               nothing for S seconds (QEMU busy with its own work)
@@ -167,7 +168,7 @@ class Fake:
             buf = io.BytesIO()
             with tarfile.open(fileobj=buf, mode="w") as t:
                 for name, text in s[1].items():
-                    data = text.encode()
+                    data = bytes.fromhex(text["hex"]) if isinstance(text, dict) else text.encode()
                     info = tarfile.TarInfo(name)
                     info.size = len(data)
                     t.addfile(info, io.BytesIO(data))
