@@ -118,8 +118,11 @@ def find_gcno(name: str, module: str, ko: Optional[str], modules: Optional[str])
     places = [os.path.dirname(os.path.abspath(ko))] if ko else []
     if modules and not ko:
         mod = find_module(modules, module)
-        rel = os.path.relpath(os.path.dirname(mod), modules)
-        places += [os.path.dirname(mod), os.path.join(modules, "build", os.path.relpath(rel, "kernel"))]
+        places.append(os.path.dirname(mod))
+        # lib/modules/<version>/kernel/drivers/scsi/x.ko -> lib/modules/<version>/build/drivers/scsi
+        tree, sep, rel = mod.rpartition(os.sep + "kernel" + os.sep)
+        if sep:
+            places.append(os.path.join(tree, "build", os.path.dirname(rel)))
     for d in places:
         p = os.path.join(d, name + ".gcno")
         if os.path.isfile(p):
