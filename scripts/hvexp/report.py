@@ -370,7 +370,7 @@ class Report:
     def _verdict_outcomes(self, vd: verdicts.Verdict, luns: dict[str, int], where: str) -> list[Outcome]:
         """A guest verdict judged in every run of each variant it is about (coverage.all:
         once, over every run of the experiment)."""
-        if vd.key == "coverage.all":
+        if vd.key in verdicts.ALL_KEYS:
             if set(self.variants) != set(self.vinfo_all):
                 self.left_out.append(("all variants", vd.text, where))   # judged on the whole suite only
                 return []
@@ -569,14 +569,24 @@ class Report:
                      f"not run: {', '.join(c['not_run']) or 'none'}")
         return L
 
-    def lines(self) -> dict[str, dict[str, object]]:
-        """Per variant that counted lines (coverage = lines), storvsc_drv.c's executable
-        lines that ran in its runs, and those of its change."""
-        out: dict[str, dict[str, object]] = {}
+    def _lines_unions(self) -> dict[str, verdicts.Lines]:
+        """Per variant that counted lines (coverage = lines) its runs' counts, and over
+        every run when more than one variant counted."""
+        out: dict[str, verdicts.Lines] = {}
         for v in self.variants:
             u = verdicts.lines_union(self.run_facts[v])
-            if u is None:
-                continue
+            if u is not None:
+                out[v] = u
+        every = verdicts.lines_union([f for v in out for f in self.run_facts[v]])
+        if len(out) > 1 and every is not None:
+            out["all variants"] = every
+        return out
+
+    def lines(self) -> dict[str, dict[str, object]]:
+        """Per variant that counted lines (and all variants), storvsc_drv.c's executable
+        lines that ran in its runs, and those of its change."""
+        out: dict[str, dict[str, object]] = {}
+        for v, u in self._lines_unions().items():
             ran, missed = u.change()
             out[v] = {"file": u.file, "executable": len(u.counts), "ran": len(u.ran()),
                       "not_run": sorted(set(u.counts) - set(u.ran())),
@@ -586,10 +596,7 @@ class Report:
 
     def lines_text(self) -> list[str]:
         L: list[str] = []
-        for v in self.variants:
-            u = verdicts.lines_union(self.run_facts[v])
-            if u is None:
-                continue
+        for v, u in self._lines_unions().items():
             n, got = len(u.counts), len(u.ran())
             L.append(f"  {v:<{self.w}} {got} of {n} lines ({100 * got / max(n, 1):.0f}%)")
             if u.changed:

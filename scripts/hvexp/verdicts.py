@@ -17,6 +17,8 @@ guest kernel's log, a disk present or gone at the end, which functions of hv_sto
     expect = coverage.FUNCTION = ran     a function ran in the variant's runs (or: not-run)
     expect = coverage.lines >= 60%       of storvsc_drv.c's lines, ran (coverage = lines: gcov)
     expect = coverage.change >= 80%      of the lines the variant's patch adds or changes
+    expect = coverage.all-lines >= 60%   coverage.lines in all the experiment's runs together
+    expect = coverage.all-change >= 80%  coverage.change ... (the variants share one patch)
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from .spec import Spec
 _OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
         "<": lambda a, b: a < b, "=": lambda a, b: a == b}
 _COUNT = re.compile(r"^(fio\.errors|guest\.io_errors|scsi\.timeouts|scsi\.errors)\s*(>=|<=|>|<|=)\s*([0-9]+)$")
-_FRACTION = re.compile(r"^coverage\.(functions|all|lines|change)\s*(>=|<=|>|<|=)\s*([0-9]+(?:\.[0-9]+)?)%$")
+_FRACTION = re.compile(r"^coverage\.(functions|all|lines|change|all-lines|all-change)\s*(>=|<=|>|<|=)\s*([0-9]+(?:\.[0-9]+)?)%$")
 _WORD = re.compile(r"^(fio\.verify|[A-Za-z0-9_.-]+\.present|coverage\.[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+)$")
 _LOG = re.compile(r"^log\s*(!?~)\s*(.+)$")
 # A line that starts with a verdict's own key is one, even when the rest does not read.
 _KEY = re.compile(r"^(fio\.errors|fio\.verify|guest\.io_errors|scsi\.timeouts|scsi\.errors|coverage\.functions|"
-                  r"coverage\.all|coverage\.lines|coverage\.change)(\s|[<>=]|$)")
-LINE_KEYS = ("coverage.lines", "coverage.change")
+                  r"coverage\.all|coverage\.lines|coverage\.change|coverage\.all-lines|coverage\.all-change)(\s|[<>=]|$)")
+LINE_KEYS = ("coverage.lines", "coverage.change", "coverage.all-lines", "coverage.all-change")
+ALL_KEYS = ("coverage.all", "coverage.all-lines", "coverage.all-change")   # judged once, over every run
 # What the guest kernel logs for a failed I/O.
 IO_ERROR = re.compile(r"I/O error, dev |critical (medium|target|nexus|space allocation|protection) error|"
                       r"Buffer I/O error|blk_update_request: .*error")
@@ -334,13 +337,16 @@ class Lines:
 
 
 def lines_union(runs: List[RunFacts]) -> Optional[Lines]:
-    """The runs' line counts added up (None when none counted lines)."""
+    """The runs' line counts added up (None when none counted lines); their change when
+    every run has the same one (one patch), else none."""
     out: Optional[Lines] = None
     for r in runs:
         if r.lines is None:
             continue
         if out is None:
             out = Lines(r.lines.file, {}, dict(r.lines.changed))
+        elif out.changed != r.lines.changed:
+            out.changed = {}
         for n, c in r.lines.counts.items():
             out.counts[n] = out.counts.get(n, 0) + c
     return out
@@ -363,14 +369,16 @@ def _lines_outcome(v: Verdict, variant: str, runs: List[RunFacts], where: str) -
     u = lines_union(runs)
     if u is None:
         return VerdictOutcome(v, variant, False, None, "no line coverage came back (gcov)", where)
-    if v.key == "coverage.lines":
+    if v.key in ("coverage.lines", "coverage.all-lines"):
         got, n = len(u.ran()), len(u.counts)
         what = f"{got} of {n} executable lines of {u.file} ran"
     else:
         ran, missed = u.change()
         got, n = len(ran), len(ran) + len(missed)
         if not n:
-            why = "the variant changes no line of " + u.file if not u.changed else describe_change(u)
+            why = describe_change(u) if u.changed else (
+                "the variants do not share one change of " + u.file if v.key == "coverage.all-change"
+                else "the variant changes no line of " + u.file)
             return VerdictOutcome(v, variant, False, None, why, where)
         what = describe_change(u)
     pct = 100.0 * got / n

@@ -86,7 +86,8 @@ def test_a_kernel_without_gcov_notes_is_refused_at_the_line(tmp_path: Path) -> N
 
 
 # --- verdicts and the report -------------------------------------------------------------
-SPEC = spec_text(exp_extra="coverage = lines\nexpect = coverage.lines >= 50%",
+SPEC = spec_text(exp_extra="coverage = lines\nexpect = coverage.lines >= 50%\nexpect = coverage.all-lines >= 75%\n"
+                           "expect = coverage.all-change >= 10%",
                  shared_extra="expect = coverage.change >= 80%")
 
 
@@ -120,6 +121,11 @@ def test_line_verdicts_are_judged_over_the_variants_runs(folder: str) -> None:
     assert got[("shared", "coverage.lines >= 50%")][:2] == (True, 50.0)
     assert got[("shared", "coverage.change >= 80%")] == (
         False, 50.0, "your change: 1 of 2 lines executed; not run: 12 `return 0;` (50%)")
+    # Over every run: lines 10 and 11 ran, of 4; the variants' changes differ.
+    assert got[("all variants", "coverage.all-lines >= 75%")] == (
+        False, 50.0, "2 of 4 executable lines of storvsc_drv.c ran (50%)")
+    assert got[("all variants", "coverage.all-change >= 10%")] == (
+        False, None, "the variants do not share one change of storvsc_drv.c")
 
 
 def test_report_and_summary_show_the_lines_and_the_change(folder: str) -> None:
@@ -129,10 +135,12 @@ def test_report_and_summary_show_the_lines_and_the_change(folder: str) -> None:
     assert text[i + 1].split() == ["stock", "2", "of", "4", "lines", "(50%)"]
     assert text[i + 2].split() == ["shared", "2", "of", "4", "lines", "(50%)"]
     assert text[i + 3].strip() == "your change: 1 of 2 lines executed; not run: 12 `return 0;`"
+    assert text[i + 4].split() == ["all", "variants", "2", "of", "4", "lines", "(50%)"]
     s = rep.lines()
     assert rep.summary()["lines"] == s
     assert s["stock"] == {"file": "storvsc_drv.c", "executable": 4, "ran": 2, "not_run": [12, 13], "change": None}
     assert s["shared"]["change"] == {"lines": 2, "ran": [11], "not_run": [[12, "\t\treturn 0;"]]}
+    assert s["all variants"]["ran"] == 2 and s["all variants"]["change"] is None
 
 
 def test_a_variant_without_lines_fails_a_line_verdict(folder: str) -> None:
@@ -148,3 +156,15 @@ def test_a_change_of_no_code_is_said_so() -> None:
     assert verdicts.describe_change(u) == "your change: none of its 1 line(s) is executable code"
     o = verdicts.evaluate(verdicts.parse("coverage.change >= 1%"), "v", [verdicts.RunFacts(1, lines=u)], {})
     assert not o.passed and "none of its 1 line(s)" in o.detail
+
+
+def test_one_patch_over_every_scenario_is_judged_together() -> None:
+    """A suite run with one --patch: each scenario ran part of the change, all of them
+    together ran it all."""
+    change = {3: "a();", 4: "b();"}
+    runs = [verdicts.RunFacts(1, lines=verdicts.Lines("storvsc_drv.c", {3: 1, 4: 0, 9: 2}, change)),
+            verdicts.RunFacts(1, lines=verdicts.Lines("storvsc_drv.c", {3: 0, 4: 5, 9: 0}, change))]
+    o = verdicts.evaluate(verdicts.parse("coverage.all-change >= 100%"), "all variants", runs, {})
+    assert o.passed and o.detail == "your change: 2 of 2 lines executed (100%)"
+    one = verdicts.evaluate(verdicts.parse("coverage.change >= 100%"), "v", runs[:1], {})
+    assert not one.passed and one.detail == "your change: 1 of 2 lines executed; not run: 4 `b();` (50%)"
