@@ -457,7 +457,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc, f, indent=1)
     what = f"{len(plan.order)} variants x {plan.reps} repetitions = {len(runs)} boots"
     if shard:
-        what = f"shard {shard.index} of {shard.count}: {len(mine)} of {what}"
+        what = (f"shard {shard.index} of {shard.count}: {len(mine)} of the {len(runs)} boots "
+                f"({len(plan.order)} variants x {plan.reps} repetitions)")
     log(f"experiment {plan.name}: {what}, about {plan.fio_seconds}s of fio each"
         f"{f', {args.jobs} at a time' if args.jobs > 1 else ''}; results in {out}")
     started = time.monotonic()
