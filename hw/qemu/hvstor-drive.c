@@ -7,7 +7,9 @@
  * block layer requires; completions come back in that AioContext and go straight to the
  * model. The AioContext is an IOThread's, the user's (iothread=ID) or one of the drive's
  * own: never the main loop's, which a machine reset blocks while it waits for the guest's
- * requests to finish.
+ * requests to finish. Every request is accounted as the block layer's devices account
+ * theirs (query-blockstats: operations, bytes, times, failures), as read, write, flush or
+ * unmap.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -16,6 +18,7 @@
 #include "qemu/iov.h"
 #include "qemu/queue.h"
 #include "qapi/error.h"
+#include "block/accounting.h"
 #include "block/aio.h"
 #include "block/aio-wait.h"
 #include "hw/block/block.h"
@@ -58,6 +61,7 @@ struct HvDriveReq {
     QEMUIOVector qiov;
     unsigned pieces; /* block-layer requests still running */
     int ret;         /* the first error among them */
+    BlockAcctCookie acct;
 };
 
 static unsigned drive_count;
@@ -75,6 +79,11 @@ static void hv_drive_piece_done(void *opaque, int ret)
         return;
     }
     drv = req->drv;
+    if (req->ret == 0) {
+        block_acct_done(blk_get_stats(drv->blk), &req->acct);
+    } else {
+        block_acct_failed(blk_get_stats(drv->blk), &req->acct);
+    }
     hvstor_block_complete(req->token, req->ret);
     g_free(req);
     /* Last: the drainer may free drv once it reads 0. */
@@ -101,11 +110,29 @@ static void hv_drive_start_ranged(HvDriveReq *req)
     } while (at < end);
 }
 
+/* The block layer's accounting kind of a request (query-blockstats). */
+static enum BlockAcctType hv_drive_acct_type(HvstorBlockOp op)
+{
+    switch (op) {
+    case HVSTOR_BLOCK_READ:
+        return BLOCK_ACCT_READ;
+    case HVSTOR_BLOCK_FLUSH:
+        return BLOCK_ACCT_FLUSH;
+    case HVSTOR_BLOCK_DISCARD:
+        return BLOCK_ACCT_UNMAP;
+    default:
+        return BLOCK_ACCT_WRITE; /* writes and zeroed ranges, as virtio-blk counts them */
+    }
+}
+
 static void hv_drive_start(HvDriveReq *req)
 {
     BlockBackend *blk = req->drv->blk;
 
     req->pieces = 1;
+    block_acct_start(blk_get_stats(blk), &req->acct,
+                     req->io.op == HVSTOR_BLOCK_FLUSH ? 0 : req->io.length,
+                     hv_drive_acct_type(req->io.op));
     switch (req->io.op) {
     case HVSTOR_BLOCK_READ:
     case HVSTOR_BLOCK_WRITE:

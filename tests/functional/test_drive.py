@@ -4,8 +4,8 @@
          through it, and fio writes and verifies over and past the base's end;
   LUN 1: a user's qcow2 image in a shared IOThread (iothread=io0): fio crc32c verify, a
          discard, block_resize from 128 to 192 MiB (the guest rescans and writes past the
-         old end), then the image, converted to raw on the host, must hold exactly what the
-         guest read back;
+         old end), query-blockstats counting its reads, writes and unmap, then the
+         image, converted to raw on the host, must hold exactly what the guest read back;
   LUN 2: the raw base read-only: readable, writes refused;
   LUN 3: a qcow2 node added while the guest runs (blockdev-add, device_add drive=), written
          and verified, then removed (device_del), after which blockdev-del must succeed: the
@@ -147,6 +147,19 @@ def resize(m: Machine, checks: Checks) -> None:
     capacity = m.qmp("qom-get", path="/machine/peripheral/d1", property="capacity")
     checks.that(capacity == 201326592, f"block_resize grows the disk with its drive ({capacity})")
     print(f"  user disk's statistics: {stats(m, 'd1')}", flush=True)
+    blockstats(m, checks)
+
+
+def blockstats(m: Machine, checks: Checks) -> None:
+    """query-blockstats counts the guest's I/O on the user's drive: fio's reads and writes,
+    blkdiscard's unmap."""
+    entry = [e for e in m.qmp("query-blockstats") if e.get("device") == "user"]
+    checks.that(len(entry) == 1, f"query-blockstats lists the drive once ({len(entry)})")
+    if entry:
+        st = entry[0]["stats"]
+        ops = {k: st[f"{k}_operations"] for k in ("rd", "wr", "unmap")}
+        checks.that(ops["rd"] > 0 and ops["wr"] > 0 and ops["unmap"] >= 1 and st["wr_bytes"] >= 64 << 20,
+                    f"query-blockstats counts its reads, writes and unmaps ({ops}, {st['wr_bytes']} bytes written)")
 
 
 def guest_checks(out: List[str], checks: Checks) -> None:
