@@ -126,6 +126,12 @@ public:
     }
     template <typename T> void store(uint64_t gpa, const T& v) { std::memcpy(ram_.data() + gpa, &v, sizeof v); }
 
+    // irqs.size() while device threads may raise.
+    size_t irq_count() {
+        std::lock_guard lock(mu_);
+        return irqs.size();
+    }
+
     std::vector<Irq> irqs;
     std::vector<std::string> guest_errors;
     std::vector<Event> events;

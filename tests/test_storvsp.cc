@@ -1806,3 +1806,117 @@ TEST_F(StorvspTest, NoticesFromTwoThreadsWhileTheGuestWorks) {
     EXPECT_EQ(s.remove_device_sent, removes);
     EXPECT_LE(enumerates + removes, uint64_t(requests.load()) + 2) << "at most one per request";
 }
+
+// ---- A stopped VM (QMP stop, a debugger's halt, a memory dump) ---------------------------
+
+namespace {
+
+std::vector<uint8_t> ram_image(FakeHost& host) { return {host.ram(0), host.ram(0) + FakeHost::kRamSize}; }
+
+// Time for a thread that ignores the pause to act; no check depends on it taking that long.
+void let_threads_run() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
+
+} // namespace
+
+// While paused no channel reads a ring, writes guest memory or raises an interrupt: a
+// request the guest queued stays in the ring (the signal would have run a round on this
+// thread), a completion stays with the controller (its release would have). Resuming does
+// both, each exactly once.
+TEST_F(StorvspTest, PausedVmNeitherReadsRingsNorWritesCompletions) {
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    const uint64_t first = guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
+    while (gated.held_count() < 1) std::this_thread::yield();
+    host.run_gate().pause();
+    const uint64_t second = guest.send_srb(c, rw10(false, 8, 8), kBuf + 0x1000, 4096);
+    const auto image = ram_image(host);
+    const size_t irqs = host.irq_count();
+    gated.release_all(); // `first` completes on this thread
+    let_threads_run();
+    EXPECT_EQ(gated.held_count(), 0u) << "a request taken from the ring while paused";
+    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
+    EXPECT_EQ(host.irq_count(), irqs) << "an interrupt raised while paused";
+
+    host.run_gate().resume();
+    EXPECT_EQ(guest.wait(c).trans_id, first);
+    while (gated.held_count() < 1) std::this_thread::yield();
+    gated.release_all();
+    EXPECT_EQ(guest.wait(c).trans_id, second);
+    EXPECT_GT(host.irq_count(), irqs);
+    // Exactly once: the next packet is the answer to the next request.
+    const uint64_t third = guest.send_srb(c, inquiry(0), kBuf + 0x2000, 96);
+    EXPECT_EQ(guest.wait(c).trans_id, third);
+}
+
+// A CLOSECHANNEL while paused finishes once its requests complete (they are dropped: the
+// guest closed the channel), and the GPADL_TORNDOWN it held waits in the SynIC for resume.
+TEST_F(StorvspTest, CloseWhilePausedFinishesAndAnswersOnResume) {
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (int i = 0; i < 4; i++) guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
+    while (gated.held_count() < 4) std::this_thread::yield();
+    host.run_gate().pause();
+    guest.close(c);
+    tear_down_gpadl(0x100);
+    const auto image = ram_image(host);
+    const size_t irqs = host.irq_count();
+    const size_t queued = p.synic().queued_messages(0, vmbus::kVmbusSint);
+    gated.release_all();
+    // The close finished: its GPADL_TORNDOWN is queued (the test runner's timeout ends a
+    // close that never finishes).
+    while (p.synic().queued_messages(0, vmbus::kVmbusSint) == queued) std::this_thread::yield();
+    let_threads_run();
+    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
+    EXPECT_EQ(host.irq_count(), irqs) << "an interrupt raised while paused";
+    host.run_gate().resume();
+    EXPECT_EQ(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown).gpadl, 0x100u);
+    EXPECT_TRUE(std::memcmp(host.ram(kRings), image.data() + kRings, 2 * FakeStorvsc::kRingPages * kPageSize) == 0)
+        << "a closed channel's ring written after resume";
+}
+
+// A machine reset while paused waits for the closes (here its poll releases the held
+// requests) and returns; it writes nothing, and the guest can connect again once it runs.
+TEST_F(StorvspTest, ResetWhilePausedReturnsAndWritesNothing) {
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    for (int i = 0; i < 4; i++) guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
+    while (gated.held_count() < 4) std::this_thread::yield();
+    host.run_gate().pause();
+    const auto image = ram_image(host);
+    const size_t irqs = host.irq_count();
+    host.on_poll = [&] { gated.release_all(); };
+    server.reset();
+    p.reset();
+    host.on_poll = nullptr;
+    EXPECT_EQ(gated.held_count(), 0u);
+    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
+    EXPECT_EQ(host.irq_count(), irqs) << "an interrupt raised while paused";
+    host.run_gate().resume();
+}
+
+// Unplugging a disk while paused returns at once (no channel is in a batch); its requests
+// in flight complete meanwhile and are answered on resume, each once.
+TEST_F(StorvspTest, UnplugWhilePausedAnswersEveryRequestOnResume) {
+    gate_lun0();
+    auto c = open_primary();
+    ASSERT_TRUE(guest.handshake(c));
+    std::set<uint64_t> want;
+    for (int i = 0; i < 3; i++) want.insert(guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096));
+    while (gated.held_count() < 3) std::this_thread::yield();
+    host.run_gate().pause();
+    const auto image = ram_image(host);
+    ctl->detach(0, false); // no rescan notice: the answers below are all the ring holds
+    gated.release_all();
+    let_threads_run();
+    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
+    EXPECT_FALSE(guest.poll(c));
+    host.run_gate().resume();
+    std::set<uint64_t> got;
+    for (int i = 0; i < 3; i++) got.insert(guest.wait(c).trans_id);
+    EXPECT_EQ(got, want);
+    const uint64_t next = guest.send_srb(c, inquiry(0), kBuf + 0x2000, 96);
+    EXPECT_EQ(guest.wait(c).trans_id, next) << "a request answered twice";
+}

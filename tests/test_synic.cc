@@ -142,3 +142,52 @@ TEST_F(SynicTest, EventFlagsSetBitAndRaise) {
     EXPECT_EQ(host.irqs.size(), 2u);
     EXPECT_FALSE(s.signal_event(0, 2, 2048));
 }
+
+// While the VM is paused (QMP stop, a debugger, a memory dump) nothing reaches the guest:
+// no message slot or event flag changes and no SINT is raised, whoever posts (a closer
+// thread, a QMP command). Resuming delivers each exactly once, messages in order.
+TEST_F(SynicTest, PausedVmGetsNothingUntilItRunsAgain) {
+    g.enable_synic(0);
+    host.irqs.clear();
+    host.run_gate().pause();
+    ASSERT_TRUE(post(0, 1));
+    ASSERT_TRUE(post(0, 2));
+    ASSERT_TRUE(s.signal_event(0, 2, 5));
+    ASSERT_TRUE(s.signal_event(0, 2, 5)) << "the same flag twice: held once";
+    ASSERT_TRUE(s.signal_event(0, 2, 37));
+    p.wrmsr(0, msr::kEom, 0); // a redelivery point: still nothing while paused
+    EXPECT_EQ(host.load<uint32_t>(slot(0)), 0u) << "a message slot written while paused";
+    const uint64_t flags = g.siefp(0) + 2 * 256;
+    EXPECT_EQ(host.load<uint32_t>(flags), 0u) << "an event flag set while paused";
+    EXPECT_EQ(host.load<uint32_t>(flags + 4), 0u);
+    EXPECT_TRUE(host.irqs.empty()) << "a SINT raised while paused";
+    EXPECT_EQ(s.queued_messages(0, 2), 2u);
+    EXPECT_EQ(s.held_events(), 2u);
+
+    host.run_gate().resume();
+    EXPECT_EQ(host.load<uint32_t>(flags), 1u << 5);
+    EXPECT_EQ(host.load<uint32_t>(flags + 4), 1u << 5);
+    EXPECT_EQ(s.held_events(), 0u);
+    auto m1 = g.take(0);
+    ASSERT_TRUE(m1);
+    EXPECT_EQ((*m1)[0], 1);
+    auto m2 = g.take(0);
+    ASSERT_TRUE(m2);
+    EXPECT_EQ((*m2)[0], 2);
+    EXPECT_FALSE(g.take(0)) << "a message delivered twice";
+    EXPECT_EQ(s.stats().events_signalled, 2u);
+}
+
+// A machine reset while paused drops what was held, as it drops queued messages.
+TEST_F(SynicTest, ResetWhilePausedDropsHeldFlags) {
+    g.enable_synic(0);
+    host.run_gate().pause();
+    ASSERT_TRUE(s.signal_event(0, 2, 5));
+    ASSERT_TRUE(post(0, 1));
+    p.reset();
+    host.irqs.clear();
+    host.run_gate().resume();
+    EXPECT_EQ(s.held_events(), 0u);
+    EXPECT_EQ(s.queued_messages(0, 2), 0u);
+    EXPECT_TRUE(host.irqs.empty());
+}

@@ -204,6 +204,10 @@ void hvstor_vmbus_reset(HvstorVmbus* vb) {
     guarded([&] { vb->machine.reset(); }, log_once(vb->exception_logged, "hvstor_vmbus_reset"));
 }
 
+void hvstor_vmbus_set_running(HvstorVmbus* vb, bool running) {
+    guarded([&] { vb->machine.set_running(running); }, log_once(vb->exception_logged, "hvstor_vmbus_set_running"));
+}
+
 void hvstor_cpuid(HvstorVmbus* vb, uint32_t leaf, uint32_t subleaf, uint32_t* eax, uint32_t* ebx, uint32_t* ecx,
                   uint32_t* edx) {
     // On an exception the registers keep what the CPU model put there.

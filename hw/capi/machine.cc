@@ -205,6 +205,14 @@ void Machine::reset() {
     for (ScsiController* c : ctls) c->suspend_faults(false);
 }
 
+void Machine::set_running(bool running) {
+    RunGate& gate = host_.run_gate();
+    if (running)
+        gate.resume();
+    else
+        gate.pause([this] { host_.poll_while_waiting(); });
+}
+
 void ScsiController::notify(std::string_view what) {
     storvsp::Notice n;
     std::string err;

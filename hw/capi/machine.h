@@ -136,6 +136,10 @@ public:
     // MSRs it was built on.
     void reset();
 
+    // The VM stops (false) or runs again (true): the host's RunGate. Pausing waits for the
+    // rounds and deliveries in progress, running the host's poll meanwhile.
+    void set_running(bool running);
+
     // VM-level caps for the modelled disks created afterwards, from a property string such
     // as "profile=Standard_F32s_v2,time-scale=8". Throws ConfigError.
     void set_vm_perf(std::string_view spec);

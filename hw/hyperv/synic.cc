@@ -27,7 +27,10 @@ uint8_t sint_vector(uint64_t sint) { return static_cast<uint8_t>(sint & 0xFF); }
 
 Synic::Synic(Host& host, uint32_t nr_vps) : host_(host), vps_(nr_vps) {
     for (auto& v : vps_) reset_vp(v);
+    host_.run_gate().add(this);
 }
+
+Synic::~Synic() { host_.run_gate().remove(this); }
 
 void Synic::reset_vp(Vp& v) {
     v.scontrol = 0;
@@ -43,6 +46,7 @@ void Synic::reset_vp(Vp& v) {
 void Synic::reset() {
     std::lock_guard lock(mu_);
     for (auto& v : vps_) reset_vp(v);
+    held_events_.clear();
 }
 
 MsrResult Synic::rdmsr(uint32_t vp, uint32_t m, uint64_t& val) {
@@ -66,6 +70,7 @@ MsrResult Synic::rdmsr(uint32_t vp, uint32_t m, uint64_t& val) {
 
 MsrResult Synic::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
     std::vector<Irq> irqs;
+    RunGate::Section running(host_.run_gate()); // else delivered on resume
     {
         std::lock_guard lock(mu_);
         if (vp >= vps_.size()) return MsrResult::Fault;
@@ -95,7 +100,7 @@ MsrResult Synic::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
             return MsrResult::NotOurs;
         }
         // Any of these may have made a queued message deliverable.
-        deliver_all_locked(vp, irqs);
+        if (running) deliver_all_locked(vp, irqs);
     }
     raise(irqs);
     return MsrResult::Handled;
@@ -104,6 +109,7 @@ MsrResult Synic::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
 bool Synic::post_message(uint32_t vp, uint8_t sint, uint32_t type, std::span<const uint8_t> payload) {
     if (type == 0 || payload.size() > kMessagePayloadMax) return false;
     std::vector<Irq> irqs;
+    RunGate::Section running(host_.run_gate()); // else delivered on resume
     {
         std::lock_guard lock(mu_);
         if (vp >= vps_.size() || sint >= kSintCount) return false;
@@ -115,7 +121,7 @@ bool Synic::post_message(uint32_t vp, uint8_t sint, uint32_t type, std::span<con
         std::memcpy(msg.payload.data(), payload.data(), payload.size());
         q.push_back(msg);
         queued_++;
-        deliver_locked(vp, sint, irqs);
+        if (running) deliver_locked(vp, sint, irqs);
     }
     raise(irqs);
     return true;
@@ -166,19 +172,46 @@ void Synic::deliver_locked(uint32_t vp, uint8_t sint, std::vector<Irq>& irqs) {
 
 bool Synic::signal_event(uint32_t vp, uint8_t sint, uint32_t flag) {
     std::vector<Irq> irqs;
+    RunGate::Section running(host_.run_gate());
     {
         std::lock_guard lock(mu_);
         if (vp >= vps_.size() || sint >= kSintCount || flag >= kEventFlagsPerSint) return false;
-        Vp& v = vps_[vp];
+        const Vp& v = vps_[vp];
         if (!(v.scontrol & kEnable) || !(v.siefp & kEnable)) return false;
-        const uint64_t word = (v.siefp & kPageMask) + uint64_t(sint) * (kEventFlagsPerSint / 8) +
-                              (flag / 32) * 4;
-        if (!host_.atomic_or_u32(word, 1u << (flag % 32))) return false;
-        stats_.events_signalled++;
-        if (!sint_masked(v.sint[sint])) irqs.push_back({vp, sint_vector(v.sint[sint])});
+        if (!running) {
+            held_events_.insert(uint64_t(vp) << 32 | uint64_t(sint) << 16 | flag);
+            return true;
+        }
+        if (!set_event_locked(vp, sint, flag, irqs)) return false;
     }
     raise(irqs);
     return true;
+}
+
+bool Synic::set_event_locked(uint32_t vp, uint8_t sint, uint32_t flag, std::vector<Irq>& irqs) {
+    const Vp& v = vps_[vp];
+    if (!(v.scontrol & kEnable) || !(v.siefp & kEnable)) return false;
+    const uint64_t word = (v.siefp & kPageMask) + uint64_t(sint) * (kEventFlagsPerSint / 8) + (flag / 32) * 4;
+    if (!host_.atomic_or_u32(word, 1u << (flag % 32))) return false;
+    stats_.events_signalled++;
+    if (!sint_masked(v.sint[sint])) irqs.push_back({vp, sint_vector(v.sint[sint])});
+    return true;
+}
+
+// Messages first, in their order, then the flags, as if each had come at this moment. A
+// flag whose page the guest disabled meanwhile is dropped, as it would have been then.
+void Synic::on_resume() {
+    std::vector<Irq> irqs;
+    RunGate::Section running(host_.run_gate());
+    if (!running) return; // paused again: the next resume delivers
+    {
+        std::lock_guard lock(mu_);
+        for (uint32_t vp = 0; vp < vps_.size(); vp++) deliver_all_locked(vp, irqs);
+        for (uint64_t e : held_events_)
+            set_event_locked(uint32_t(e >> 32), uint8_t(e >> 16), uint32_t(e & 0xFFFF), irqs);
+        held_events_.clear();
+    }
+    raise(irqs);
 }
 
 void Synic::raise(const std::vector<Irq>& irqs) {
@@ -189,6 +222,11 @@ size_t Synic::queued_messages(uint32_t vp, uint8_t sint) const {
     std::lock_guard lock(mu_);
     if (vp >= vps_.size() || sint >= kSintCount) return 0;
     return vps_[vp].queue[sint].size();
+}
+
+size_t Synic::held_events() const {
+    std::lock_guard lock(mu_);
+    return held_events_.size();
 }
 
 SynicStats Synic::stats() const {

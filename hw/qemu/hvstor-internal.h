@@ -26,12 +26,18 @@ typedef struct HvIrq {
     uint64_t *pending_vectors;
     uint32_t nr_vps;
     QEMUBH *bh;
+    bool held; /* the VM is stopped: the bottom half leaves vectors pending */
 } HvIrq;
 
 void hv_irq_init(HvIrq *irq, uint32_t nr_vps);
 void hv_irq_cleanup(HvIrq *irq);
 /* HvstorHostOps.raise_vector, with the HvIrq as opaque. Any thread. */
 void hv_irq_raise(void *opaque, uint32_t vp, uint8_t vector);
+/*
+ * The VM stopped (false) or runs again (true); main loop. A vector a device thread raised
+ * just before the stop and left to the bottom half is delivered only once the VM runs.
+ */
+void hv_irq_set_running(HvIrq *irq, bool running);
 
 /*
  * Under KVM: routes the Hyper-V MSRs to vb and installs its CPUID leaves on every

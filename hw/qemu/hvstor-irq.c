@@ -30,6 +30,9 @@ static void raise_bh(void *opaque)
 {
     HvIrq *irq = opaque;
 
+    if (qatomic_read(&irq->held)) {
+        return; /* hv_irq_set_running schedules it again */
+    }
     for (uint32_t vp = 0; vp < irq->nr_vps; vp++) {
         for (int w = 0; w < 4; w++) {
             uint64_t bits = qatomic_xchg(&irq->pending_vectors[vp * 4 + w], 0);
@@ -47,6 +50,14 @@ void hv_irq_init(HvIrq *irq, uint32_t nr_vps)
     irq->nr_vps = nr_vps;
     irq->pending_vectors = g_new0(uint64_t, (size_t)nr_vps * 4);
     irq->bh = qemu_bh_new(raise_bh, irq);
+}
+
+void hv_irq_set_running(HvIrq *irq, bool running)
+{
+    qatomic_set(&irq->held, !running);
+    if (running) {
+        qemu_bh_schedule(irq->bh);
+    }
 }
 
 void hv_irq_cleanup(HvIrq *irq)

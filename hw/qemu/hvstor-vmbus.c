@@ -1,8 +1,9 @@
 /*
  * hv-vmbus-bridge: QEMU glue for the hv-storvsc Hyper-V partition and VMBus
  * server (C++, built as libhvstor.a). The QOM device: properties, realize and
- * reset, ACPI, the hypercall port, the CPUID and MSR hooks under TCG. Guest
- * memory is in hvstor-host.c, interrupts in hvstor-irq.c, KVM in hvstor-kvm.c.
+ * reset, the VM run-state handler, ACPI, the hypercall port, the CPUID and MSR
+ * hooks under TCG. Guest memory is in hvstor-host.c, interrupts in hvstor-irq.c,
+ * KVM in hvstor-kvm.c.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -20,6 +21,7 @@
 #include "migration/vmstate.h"
 #include "system/hw_accel.h"
 #include "system/kvm.h"
+#include "system/runstate.h"
 #include "system/tcg.h"
 #include "cpu.h"
 #include "hw/i386/hvstor-hooks.h"
@@ -37,6 +39,7 @@ struct HvVmbusBridge {
     MemoryRegion io;
     HvstorVmbus *vb;
     HvIrq irq;
+    VMChangeStateEntry *run_state;
 };
 
 /* The one partition: CPUID and MSR hooks are machine-wide. */
@@ -169,6 +172,27 @@ static bool hv_vmbus_bridge_create(HvVmbusBridge *s, uint32_t nr_vps, uint32_t v
     return true;
 }
 
+/*
+ * Stopped means stopped: from the moment the VM stops (QMP stop, a gdbstub halt,
+ * dump-guest-memory, an I/O error stop) until it runs again, no channel reads a ring,
+ * writes guest memory or raises an interrupt, and SynIC messages and event flags wait.
+ * QEMU has paused the vCPUs before it calls this; the pause waits only for ring rounds
+ * and deliveries already in progress on device threads, which never wait for the main
+ * loop. Completions that arrive meanwhile go out on resume, before the vCPUs run.
+ */
+static void hv_vmbus_bridge_run_state(void *opaque, bool running, RunState state)
+{
+    HvVmbusBridge *s = opaque;
+
+    if (running) {
+        hvstor_vmbus_set_running(s->vb, true);
+        hv_irq_set_running(&s->irq, true);
+    } else {
+        hv_irq_set_running(&s->irq, false);
+        hvstor_vmbus_set_running(s->vb, false);
+    }
+}
+
 static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
 {
     HvVmbusBridge *s = HV_VMBUS_BRIDGE(dev);
@@ -179,6 +203,14 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
         !hv_vmbus_bridge_create(s, ms->smp.max_cpus, version, errp)) {
         return;
     }
+    /*
+     * Realized before the machine first runs (prelaunch, -S): paused until QEMU starts
+     * it. The bridge is never unplugged, so the handler stays for the process's life.
+     */
+    if (!runstate_is_running()) {
+        hv_vmbus_bridge_run_state(s, false, runstate_get());
+    }
+    s->run_state = qemu_add_vm_change_state_handler(hv_vmbus_bridge_run_state, s);
     memory_region_init_io(&s->io, OBJECT(dev), &hypercall_port_ops, s,
                           "hv-hypercall", 4);
     isa_register_ioport(ISA_DEVICE(dev), &s->io, s->hypercall_port);
@@ -261,9 +293,10 @@ static char *hv_vmbus_bridge_get_stats(Object *obj, Error **errp)
 }
 
 /*
- * The partition, the VMBus server and the channel workers keep state QEMU cannot save,
- * and the workers go on reading rings and writing completions after the VM stops: no
- * migration, savevm or migrate-to-file while the bridge exists (QEMU refuses them).
+ * The partition, the VMBus server, the channels and the disks' commands in flight keep
+ * state QEMU cannot save (the model holds still while the VM is stopped, but nothing of
+ * it is written to a migration stream): no migration, savevm or migrate-to-file while
+ * the bridge exists (QEMU refuses them).
  */
 static const VMStateDescription hv_vmbus_bridge_vmstate = {
     .name = "hv-vmbus-bridge",

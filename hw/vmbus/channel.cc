@@ -60,6 +60,7 @@ std::unique_ptr<ChannelRuntime> ChannelRuntime::open(Host& host, const OpenReque
         err = "eventfd failed";
         return nullptr;
     }
+    host.run_gate().add(ch.get()); // before the first round can find the VM paused
     if (opt.loop) {
         // Nobody holds the channel until the first turn, which the wake-up below brings
         // (as the thread's first round does: packets the guest queued before it opened).
@@ -91,6 +92,7 @@ ChannelRuntime::ChannelRuntime(Host& host, const OpenRequest& req, RingPages in,
 }
 
 ChannelRuntime::~ChannelRuntime() {
+    host_.run_gate().remove(this);
     stop();
     if (efd_ >= 0) close(efd_);
 }
@@ -135,6 +137,9 @@ void ChannelRuntime::notify_completion() {
 bool ChannelRuntime::run_inline() {
     // Not within a round of any channel: a round never nests in another.
     if (tl_round) return false;
+    // While the VM is paused the work waits where it is; resuming wakes the worker for it.
+    RunGate::Section running(host_.run_gate());
+    if (!running) return true;
     uint32_t idle = kIdle;
     if (!owner_.compare_exchange_strong(idle, kInline, std::memory_order_acquire)) return false;
     const bool more = stopping_ || !handler_.may_run_inline(*this) || inline_rounds();
@@ -241,9 +246,18 @@ bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
     return taken == budget;
 }
 
+// Each round is a RunGate section, the masking of the ring included: a round never starts
+// while the VM is paused. The ring is masked once per call, in its first round.
 ChannelRuntime::After ChannelRuntime::work(std::optional<uint32_t> rounds) {
+    bool masked = false;
     while (!stopping_) {
         if (rounds && (*rounds)-- == 0) return After::Yield;
+        RunGate::Section running(host_.run_gate());
+        if (!running) return After::Paused;
+        if (!masked) {
+            in_.set_interrupt_mask(true);
+            masked = true;
+        }
         stats_.wakeups++;
         rerun_ = false;
         const bool budget_spent = pump(kWorkerRoundBudget);
@@ -265,16 +279,15 @@ void ChannelRuntime::run() {
     // The worker holds the channel from the start (owner_ is kWorker) and keeps it once
     // stopping: no inline round after that.
     RoundScope scope(this);
-    in_.set_interrupt_mask(true);
     for (;;) {
-        if (work(std::nullopt) == After::Stopping) break; // no budget: never Yield
+        // No budget: never Yield. Idle or Paused: sleep until woken.
+        if (work(std::nullopt) == After::Stopping) break;
         owner_.store(kIdle, std::memory_order_release);
         pollfd p{efd_, POLLIN, 0};
         poll(&p, 1, -1);
         uint64_t v;
         [[maybe_unused]] ssize_t n = read(efd_, &v, sizeof v);
         take_back();
-        in_.set_interrupt_mask(true);
     }
     handler_.on_stop(*this);
 }
@@ -291,11 +304,10 @@ void ChannelRuntime::turn() {
     After after;
     {
         RoundScope scope(this);
-        in_.set_interrupt_mask(true);
         after = work(kLoopRounds);
     }
     // Yield: the ring stays masked (an inline round unmasks it when it ends) and the
-    // wake-up brings the next turn.
+    // wake-up brings the next turn. Paused: on_resume() brings it.
     owner_.store(kIdle, std::memory_order_release);
     if (after == After::Yield) wake();
 }

@@ -731,3 +731,18 @@ TEST(Guard, LogsTheFirstExceptionOnly) {
 }
 
 } // namespace
+
+// The VMM's run-state handler: a paused bus still resets, runs again, and is freed while
+// paused (TearDown) without waiting for a resume.
+TEST_F(CAbiTest, PausedBusResetsRunsAgainAndIsFreed) {
+    HvstorController* c = controller();
+    ASSERT_NE(c, nullptr);
+    char* err = nullptr;
+    HvstorDiskConfig d = ram(0);
+    ASSERT_NE(hvstor_disk_new(c, &d, &err), nullptr) << take(err);
+    hvstor_vmbus_set_running(vb, false);
+    hvstor_vmbus_set_running(vb, false); // a second stop changes nothing
+    hvstor_vmbus_reset(vb);
+    hvstor_vmbus_set_running(vb, true);
+    hvstor_vmbus_set_running(vb, false);
+}

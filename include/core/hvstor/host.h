@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hvstor/run_gate.h"
 #include "hvstor/trace_events.h"
 
 namespace hvstor {
@@ -56,6 +57,14 @@ public:
     // loop's ready bottom halves and block-layer work there: a request of a drive= disk
     // parked by a drained section resumes only when the main loop ends that section.
     virtual void poll_while_waiting() {}
+
+    // The VM's run state (hvstor/run_gate.h): whatever reads a ring, writes guest memory or
+    // raises an interrupt does so inside a RunGate::Section of it. The VMM pauses it when
+    // the VM stops and resumes it when the VM runs again; it starts running.
+    RunGate& run_gate() { return run_gate_; }
+
+private:
+    RunGate run_gate_;
 };
 
 namespace trace_detail {

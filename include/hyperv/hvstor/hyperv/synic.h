@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -37,7 +38,10 @@ struct SynicStats {
     uint64_t events_signalled = 0;
 };
 
-class Synic {
+// While the VM is paused (Host::run_gate) nothing is written to the SIMP or SIEFP pages
+// and no SINT is raised: messages wait in their queues and event flags in a set (one entry
+// per distinct flag: bounded), and both go out when the VM runs again.
+class Synic final : private RunGate::Listener {
 public:
     // Undelivered messages held for all VPs and SINTs together: a guest that keeps its
     // SIMP disabled while it makes the host answer cannot grow host memory past ~4 MiB.
@@ -45,6 +49,9 @@ public:
     static constexpr size_t kMaxQueued = 16384;
 
     Synic(Host& host, uint32_t nr_vps);
+    ~Synic();
+    Synic(const Synic&) = delete;
+    Synic& operator=(const Synic&) = delete;
 
     uint32_t nr_vps() const { return static_cast<uint32_t>(vps_.size()); }
     Host& host() const { return host_; }
@@ -59,13 +66,16 @@ public:
     bool post_message(uint32_t vp, uint8_t sint, uint32_t type, std::span<const uint8_t> payload);
 
     // Sets event flag `flag` of `sint` in vp's SIEFP page and raises the SINT's vector.
-    // False when the SIEFP page is not enabled or the arguments are out of range.
+    // False when the SIEFP page is not enabled or the arguments are out of range. While the
+    // VM is paused the flag is held and set on resume.
     bool signal_event(uint32_t vp, uint8_t sint, uint32_t flag);
 
     size_t queued_messages(uint32_t vp, uint8_t sint) const;
+    // Event flags held while the VM is paused.
+    size_t held_events() const;
     SynicStats stats() const;
 
-    // Back to power-on state (all pages disabled, SINTs masked, queues empty).
+    // Back to power-on state (all pages disabled, SINTs masked, queues and held flags empty).
     void reset();
 
 private:
@@ -86,12 +96,17 @@ private:
     void reset_vp(Vp& v);
     void deliver_locked(uint32_t vp, uint8_t sint, std::vector<Irq>& irqs);
     void deliver_all_locked(uint32_t vp, std::vector<Irq>& irqs);
+    bool set_event_locked(uint32_t vp, uint8_t sint, uint32_t flag, std::vector<Irq>& irqs);
     void raise(const std::vector<Irq>& irqs);
+    // The VM runs again: delivers what waited (RunGate::Listener).
+    void on_resume() override;
 
     Host& host_;
     mutable std::mutex mu_;
     std::vector<Vp> vps_;
     size_t queued_ = 0; // messages in all queues
+    // Event flags signalled while paused: vp << 32 | sint << 16 | flag.
+    std::set<uint64_t> held_events_;
     SynicStats stats_;
 };
 

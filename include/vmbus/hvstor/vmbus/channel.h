@@ -7,6 +7,12 @@
 // virtio does under TCG), a completion on the backend's thread. That spares a thread
 // wake-up per request each way. It needs only the Host (to map the ring pages) and the
 // bus's GuestSignal: no partition, no server.
+//
+// Every round runs inside a Section of the host's RunGate: while the VM is paused no round
+// starts, so the rings are neither read nor written and the guest is not signalled. Work
+// that comes meanwhile (a guest signal, a completion) stays where it is, and the worker,
+// woken when the VM runs again, does it. A paused worker sleeps as an idle one does, so
+// stop() ends it as usual.
 #pragma once
 
 #include <atomic>
@@ -89,7 +95,7 @@ struct ChannelOptions {
 // rings moving, could keep one round going for good.
 constexpr uint32_t kWorkerRoundBudget = 256;
 
-class ChannelRuntime {
+class ChannelRuntime final : private RunGate::Listener {
 public:
     using Options = ChannelOptions;
 
@@ -141,7 +147,8 @@ private:
     // The worker's rounds, holding the channel with the ring masked, until the channel is
     // idle (the ring unmasked and nothing to take), stopping, or `rounds` ran (without a
     // budget, as the thread mode runs it, never Yield).
-    enum class After { Idle, Stopping, Yield };
+    // Paused: the VM stopped; the channel sleeps as when idle until on_resume() wakes it.
+    enum class After { Idle, Stopping, Yield, Paused };
     After work(std::optional<uint32_t> rounds);
     // One round: at most `budget` incoming packets; returns true if it took that many (more
     // may be waiting). An inline round asks the handler before taking each packet
@@ -154,6 +161,8 @@ private:
     bool run_inline();
     // The worker, after its sleep: takes the channel back, waiting out an inline round.
     void take_back();
+    // The VM runs again (RunGate::Listener): wakes the worker for what waited.
+    void on_resume() override { wake(); }
 
     // Who may do ring work: the worker, nobody (the worker sleeps; a signalling thread
     // may take it), or a signalling thread. Whoever holds it is the only thread touching
