@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -155,6 +156,27 @@ TEST(ChannelTest, PausedWorkerTakesNothingAndStillStops) { paused_channel(nullpt
 TEST(ChannelTest, PausedLoopChannelTakesNothingAndStillStops) {
     hvstor::test::FakeLoop loop;
     paused_channel(&loop);
+}
+
+// A listener that throws on resume (out of memory) does not keep the others asleep, and
+// the exception still reaches the caller.
+TEST(RunGateTest, ResumeTellsEveryListenerWhenOneThrows) {
+    struct Throws : RunGate::Listener {
+        void on_resume() override { throw std::bad_alloc(); }
+    } first;
+    struct Counts : RunGate::Listener {
+        int told = 0;
+        void on_resume() override { told++; }
+    } second;
+    RunGate gate;
+    gate.add(&first);
+    gate.add(&second);
+    gate.pause();
+    EXPECT_THROW(gate.resume(), std::bad_alloc);
+    EXPECT_EQ(second.told, 1);
+    EXPECT_TRUE(gate.running());
+    gate.remove(&first);
+    gate.remove(&second);
 }
 
 } // namespace

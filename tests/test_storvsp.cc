@@ -205,6 +205,26 @@ protected:
         ASSERT_TRUE(ctl->attach(0, gated_disk.get(), err)) << err;
     }
 
+    // `n` reads of LUN 0 (gate_lun0) sent on c, all held by the disk; their transaction ids.
+    std::set<uint64_t> hold_reads(FakeStorvsc::Chan& c, size_t n) {
+        std::set<uint64_t> ids;
+        for (size_t i = 0; i < n; i++) ids.insert(guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096));
+        while (gated.held_count() < n) std::this_thread::yield();
+        return ids;
+    }
+
+    // What a paused VM must keep as it is: guest RAM and the interrupts raised so far.
+    struct Still {
+        std::vector<uint8_t> ram;
+        size_t irqs;
+    };
+    Still still() { return {{host.ram(0), host.ram(0) + FakeHost::kRamSize}, host.irq_count()}; }
+    void expect_still(const Still& s) {
+        EXPECT_TRUE(std::vector<uint8_t>(host.ram(0), host.ram(0) + FakeHost::kRamSize) == s.ram)
+            << "guest memory written while paused";
+        EXPECT_EQ(host.irq_count(), s.irqs) << "an interrupt raised while paused";
+    }
+
     // A subchannel is closed while LUN 0 holds `held` of its reads, then the primary is
     // closed and opened again and a subchannel asked for while the old one still drains (a
     // fresh queue serves it). After gate_lun0(); the old subchannel's ring GPADL is 0x200.
@@ -1811,8 +1831,6 @@ TEST_F(StorvspTest, NoticesFromTwoThreadsWhileTheGuestWorks) {
 
 namespace {
 
-std::vector<uint8_t> ram_image(FakeHost& host) { return {host.ram(0), host.ram(0) + FakeHost::kRamSize}; }
-
 // Time for a thread that ignores the pause to act; no check depends on it taking that long.
 void let_threads_run() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
 
@@ -1830,20 +1848,18 @@ TEST_F(StorvspTest, PausedVmNeitherReadsRingsNorWritesCompletions) {
     while (gated.held_count() < 1) std::this_thread::yield();
     host.run_gate().pause();
     const uint64_t second = guest.send_srb(c, rw10(false, 8, 8), kBuf + 0x1000, 4096);
-    const auto image = ram_image(host);
-    const size_t irqs = host.irq_count();
+    const Still before = still();
     gated.release_all(); // `first` completes on this thread
     let_threads_run();
     EXPECT_EQ(gated.held_count(), 0u) << "a request taken from the ring while paused";
-    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
-    EXPECT_EQ(host.irq_count(), irqs) << "an interrupt raised while paused";
+    expect_still(before);
 
     host.run_gate().resume();
     EXPECT_EQ(guest.wait(c).trans_id, first);
     while (gated.held_count() < 1) std::this_thread::yield();
     gated.release_all();
     EXPECT_EQ(guest.wait(c).trans_id, second);
-    EXPECT_GT(host.irq_count(), irqs);
+    EXPECT_GT(host.irq_count(), before.irqs);
     // Exactly once: the next packet is the answer to the next request.
     const uint64_t third = guest.send_srb(c, inquiry(0), kBuf + 0x2000, 96);
     EXPECT_EQ(guest.wait(c).trans_id, third);
@@ -1855,24 +1871,21 @@ TEST_F(StorvspTest, CloseWhilePausedFinishesAndAnswersOnResume) {
     gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    for (int i = 0; i < 4; i++) guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
-    while (gated.held_count() < 4) std::this_thread::yield();
+    hold_reads(c, 4);
     host.run_gate().pause();
     guest.close(c);
     tear_down_gpadl(0x100);
-    const auto image = ram_image(host);
-    const size_t irqs = host.irq_count();
+    const Still before = still();
     const size_t queued = p.synic().queued_messages(0, vmbus::kVmbusSint);
     gated.release_all();
     // The close finished: its GPADL_TORNDOWN is queued (the test runner's timeout ends a
     // close that never finishes).
     while (p.synic().queued_messages(0, vmbus::kVmbusSint) == queued) std::this_thread::yield();
     let_threads_run();
-    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
-    EXPECT_EQ(host.irq_count(), irqs) << "an interrupt raised while paused";
+    expect_still(before);
     host.run_gate().resume();
     EXPECT_EQ(guest.wait_message<vmbus::GpadlTorndown>(vmbus::MsgType::GpadlTorndown).gpadl, 0x100u);
-    EXPECT_TRUE(std::memcmp(host.ram(kRings), image.data() + kRings, 2 * FakeStorvsc::kRingPages * kPageSize) == 0)
+    EXPECT_TRUE(std::memcmp(host.ram(kRings), before.ram.data() + kRings, 2 * FakeStorvsc::kRingPages * kPageSize) == 0)
         << "a closed channel's ring written after resume";
 }
 
@@ -1882,18 +1895,15 @@ TEST_F(StorvspTest, ResetWhilePausedReturnsAndWritesNothing) {
     gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    for (int i = 0; i < 4; i++) guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096);
-    while (gated.held_count() < 4) std::this_thread::yield();
+    hold_reads(c, 4);
     host.run_gate().pause();
-    const auto image = ram_image(host);
-    const size_t irqs = host.irq_count();
+    const Still before = still();
     host.on_poll = [&] { gated.release_all(); };
     server.reset();
     p.reset();
     host.on_poll = nullptr;
     EXPECT_EQ(gated.held_count(), 0u);
-    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
-    EXPECT_EQ(host.irq_count(), irqs) << "an interrupt raised while paused";
+    expect_still(before);
     host.run_gate().resume();
 }
 
@@ -1903,15 +1913,13 @@ TEST_F(StorvspTest, UnplugWhilePausedAnswersEveryRequestOnResume) {
     gate_lun0();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    std::set<uint64_t> want;
-    for (int i = 0; i < 3; i++) want.insert(guest.send_srb(c, rw10(false, 0, 8), kBuf, 4096));
-    while (gated.held_count() < 3) std::this_thread::yield();
+    const std::set<uint64_t> want = hold_reads(c, 3);
     host.run_gate().pause();
-    const auto image = ram_image(host);
+    const Still before = still();
     ctl->detach(0, false); // no rescan notice: the answers below are all the ring holds
     gated.release_all();
     let_threads_run();
-    EXPECT_TRUE(ram_image(host) == image) << "guest memory written while paused";
+    expect_still(before);
     EXPECT_FALSE(guest.poll(c));
     host.run_gate().resume();
     std::set<uint64_t> got;

@@ -218,6 +218,8 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
     hvstor_cpu_hooks = &cpu_hooks;
 #ifdef CONFIG_KVM
     if (kvm_enabled() && !hv_kvm_init(s->vb, errp)) {
+        qemu_del_vm_change_state_handler(s->run_state);
+        s->run_state = NULL;
         hvstor_cpu_hooks = NULL;
         the_bridge = NULL;
         return;

@@ -8,8 +8,8 @@
 // a packet in the ring) for a Listener to pick up on resume.
 //
 // pause() closes the gate and waits for the Sections in progress, which are short: a round
-// of at most kWorkerRoundBudget packets, one SynIC delivery. Nothing inside a Section waits
-// for the guest or for a pause. pause() and resume() come from one thread at a time (QEMU's
+// of at most kWorkerRoundBudget packets (its submissions to a file backend included), one
+// SynIC delivery. Nothing inside a Section waits for the guest or for a pause. pause() and resume() come from one thread at a time (QEMU's
 // main loop); neither may be called from inside a Section.
 #pragma once
 
@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -72,12 +73,21 @@ public:
         pause([] {});
     }
 
-    // Opens the gate and tells every listener.
+    // Opens the gate and tells every listener. One that throws (out of memory) does not
+    // keep the others asleep: each is told, then the first exception goes on.
     void resume() {
         std::lock_guard control(control_mu_);
         state_.fetch_and(~kPaused);
         std::lock_guard lock(listeners_mu_);
-        for (Listener* l : listeners_) l->on_resume();
+        std::exception_ptr first;
+        for (Listener* l : listeners_) {
+            try {
+                l->on_resume();
+            } catch (...) {
+                if (!first) first = std::current_exception();
+            }
+        }
+        if (first) std::rethrow_exception(first);
     }
 
     void add(Listener* l) {
