@@ -44,6 +44,19 @@ private:
     uint32_t batch_ = 0; // the worker's
 };
 
+// The OPENCHANNEL of relid 1 over the rings StorvscRings::rings(1, kRings) set up; its
+// ring page numbers are kept in `pfns`, which the request refers to.
+OpenRequest ring_request(std::vector<uint64_t>& pfns, GuestSignal signal) {
+    pfns.clear();
+    for (uint32_t i = 0; i < 2 * StorvscRings::kRingPages; i++) pfns.push_back(kRings / 4096 + i);
+    OpenRequest req;
+    req.child_relid = 1;
+    req.ring_pfns = pfns;
+    req.downstream_page_offset = StorvscRings::kRingPages;
+    req.signal = std::move(signal);
+    return req;
+}
+
 // `n` small packets queued before the channel opens (the worker's first round finds them all
 // there); the largest batch once the worker took every one.
 void rounds_over_a_full_ring(EventLoop* loop, uint32_t n, CountingHandler& h) {
@@ -55,12 +68,7 @@ void rounds_over_a_full_ring(EventLoop* loop, uint32_t n, CountingHandler& h) {
         ASSERT_TRUE(guest.write_packet(c, uint16_t(PacketType::DataInband), i + 1, body, 16)) << "ring full at " << i;
 
     std::vector<uint64_t> pfns;
-    for (uint32_t i = 0; i < 2 * StorvscRings::kRingPages; i++) pfns.push_back(kRings / 4096 + i);
-    OpenRequest req;
-    req.child_relid = 1;
-    req.ring_pfns = pfns;
-    req.downstream_page_offset = StorvscRings::kRingPages;
-    req.signal = [](uint32_t) {};
+    OpenRequest req = ring_request(pfns, [](uint32_t) {});
     ChannelStats stats;
     ChannelOptions opt;
     opt.inline_rounds = false;
@@ -115,14 +123,9 @@ void paused_channel(EventLoop* loop) {
     for (uint32_t i = 0; i < 10; i++) ASSERT_TRUE(guest.write_packet(c, uint16_t(PacketType::DataInband), i + 1, body, 16));
     const auto image = ring_image(host);
 
-    std::vector<uint64_t> pfns;
-    for (uint32_t i = 0; i < 2 * StorvscRings::kRingPages; i++) pfns.push_back(kRings / 4096 + i);
-    OpenRequest req;
-    req.child_relid = 1;
-    req.ring_pfns = pfns;
-    req.downstream_page_offset = StorvscRings::kRingPages;
     std::atomic<uint32_t> signals{0};
-    req.signal = [&](uint32_t) { signals++; };
+    std::vector<uint64_t> pfns;
+    OpenRequest req = ring_request(pfns, [&](uint32_t) { signals++; });
     ChannelStats stats;
     ChannelOptions opt;
     opt.loop = loop;
