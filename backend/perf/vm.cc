@@ -51,7 +51,38 @@ private:
     detail::Limiter iops_, bytes_;
 };
 
+// A reservation passes the first caps, then the second at the time the first lets it go.
+class ChainedLimits final : public VmLimits {
+public:
+    ChainedLimits(std::shared_ptr<VmLimits> first, std::shared_ptr<VmLimits> then)
+        : VmLimits(then->config()), first_(std::move(first)), then_(std::move(then)) {}
+
+    Nanos reserve(double units, double bytes, Nanos now) override {
+        const Nanos t = first_->reserve(units, bytes, now);
+        return t == kNever ? kNever : then_->reserve(units, bytes, t);
+    }
+
+    Credits credits(Nanos now) override { return then_->credits(now); }
+
+private:
+    const std::shared_ptr<VmLimits> first_, then_;
+};
+
 } // namespace
+
+std::shared_ptr<VmLimits> VmLimits::group(const ModelConfig& cfg) {
+    VmConfig vc;
+    vc.profile = cfg.profile;
+    vc.caps = cfg.caps;  // already time-scaled
+    vc.time_scale = cfg.time_scale;
+    return std::make_shared<VmLimitsImpl>(vc);
+}
+
+std::shared_ptr<VmLimits> VmLimits::chain(std::shared_ptr<VmLimits> first, std::shared_ptr<VmLimits> then) {
+    if (!first) return then;
+    if (!then) return first;
+    return std::make_shared<ChainedLimits>(std::move(first), std::move(then));
+}
 
 std::shared_ptr<VmLimits> VmLimits::create(const VmConfig& cfg, std::string& err) {
     if (cfg.caps.iops < 0 || cfg.caps.bytes_per_s < 0) {

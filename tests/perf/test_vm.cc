@@ -29,8 +29,12 @@ struct TwoDisks {
     std::unique_ptr<ModelBackend> a, b;
     std::unique_ptr<Load> la, lb;
     TwoDisks(const std::string& vm_settings, const std::string& da, const std::string& db, uint32_t qd = 64,
+             uint64_t bs = 4096)
+        : TwoDisks(make_vm(vm_settings), da, db, qd, bs) {}
+    // The disks pass `shared` after their own caps: the VM's, or a group's chained to it.
+    TwoDisks(std::shared_ptr<VmLimits> shared, const std::string& da, const std::string& db, uint32_t qd = 64,
              uint64_t bs = 4096) {
-        vm = make_vm(vm_settings);
+        vm = std::move(shared);
         a = make_disk(da, clock, vm);
         b = make_disk(db, clock, vm);
         la = std::make_unique<Load>(*a, std::vector<test::JobSpec>{{Op::Read, bs, qd}});
@@ -104,6 +108,52 @@ TEST(PerfVm, VmBurstCredits) {
     std::tie(ra, rb) = t.rates(15 * kSec, 25 * kSec);
     EXPECT_NEAR(ra + rb, 25600, 256);
     EXPECT_LT(t.b->stats().vm_credits.iops, 100);
+}
+
+// Two disks given one model object: its caps hold for both together, as a throttle group's.
+std::shared_ptr<VmLimits> group_of(const std::string& settings) {
+    ModelConfig cfg;
+    std::string err;
+    EXPECT_TRUE(parse_model_config(settings, cfg, err)) << err;
+    return VmLimits::group(cfg);
+}
+
+TEST(PerfGroup, CapSharedByTheDisksOfOneModel) {
+    const std::string model = "iops=5000,latency=1ms";
+    TwoDisks t(group_of(model), model, model);
+    t.la->start_all();
+    t.lb->start_all();
+    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    EXPECT_NEAR(ra + rb, 5000, 50);
+    EXPECT_NEAR(ra, 2500, 150);
+    EXPECT_NEAR(rb, 2500, 150);
+}
+
+TEST(PerfGroup, ADiskAloneHasTheWholeGroup) {
+    const std::string model = "iops=5000,latency=1ms";
+    TwoDisks t(group_of(model), model, model);
+    t.la->start_all();
+    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    EXPECT_NEAR(ra, 5000, 50);
+    EXPECT_EQ(rb, 0);
+}
+
+TEST(PerfGroup, ChainedToTheVmsCaps) {
+    // Each disk alone could do 2000 and the VM 3000: the group's 2000 holds the pair.
+    const std::string model = "iops=2000,latency=1ms";
+    TwoDisks t(VmLimits::chain(group_of(model), make_vm("iops=3000")), model, model);
+    t.la->start_all();
+    t.lb->start_all();
+    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    EXPECT_NEAR(ra + rb, 2000, 20);
+    // And the VM's caps still hold behind the group's.
+    TwoDisks u(VmLimits::chain(group_of("iops=5000"), make_vm("iops=3000")), model, model);
+    u.la->start_all();
+    u.lb->start_all();
+    const auto [ua, ub] = u.rates(kSec, 11 * kSec);
+    EXPECT_NEAR(ua + ub, 3000, 30);
+    EXPECT_EQ(VmLimits::chain(nullptr, t.vm), t.vm);
+    EXPECT_EQ(VmLimits::chain(t.vm, nullptr), t.vm);
 }
 
 } // namespace

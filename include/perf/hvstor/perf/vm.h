@@ -1,4 +1,5 @@
-// VM-level caps, shared by every disk of one VM. A disk's IO passes its own caps first and
+// Shared caps: a VM's, shared by every disk of one VM, or a group's, shared by the disks given
+// one model object. A disk's IO passes its own caps first and
 // then these, in the order IOs leave their disks (first come, first served across disks).
 #pragma once
 
@@ -18,6 +19,12 @@ public:
     static std::shared_ptr<VmLimits> create(const VmConfig& cfg, std::string& err);
     // From a property string (parse_vm_config).
     static std::shared_ptr<VmLimits> create(std::string_view settings, std::string& err);
+    // A group's caps: the caps of `cfg`, shared by every disk given the object (as QEMU's
+    // throttle groups share theirs); each disk still passes its own caps first.
+    static std::shared_ptr<VmLimits> group(const ModelConfig& cfg);
+    // IOs pass `first`'s caps, then `then`'s (a group's, then the VM's); either may be null.
+    // credits() are `then`'s when both are given; the chain keeps both alive.
+    static std::shared_ptr<VmLimits> chain(std::shared_ptr<VmLimits> first, std::shared_ptr<VmLimits> then);
     virtual ~VmLimits() = default;
 
     const VmConfig& config() const { return cfg_; }
