@@ -251,6 +251,35 @@ std::string key_names(bool vm) {
     return s;
 }
 
+} // namespace hvstor::perf::detail
+
+namespace hvstor::perf {
+
+std::vector<SettingKey> setting_keys(bool vm) {
+    std::vector<SettingKey> out;
+    for (const detail::Key& k : detail::kKeys) {
+        if (vm && !k.vm) continue;
+        std::string m(k.meaning);
+        // The table's meanings point at sections of docs/perf-model.md ("Profiles, above").
+        for (size_t at; (at = m.find(", above)")) != std::string::npos;) m.replace(at, 8, " in docs/perf-model.md)");
+        if (k.kind == detail::Kind::Profile) {
+            std::string names;
+            for (const std::string& n : vm ? vm_profile_names() : model_profile_names())
+                names += (names.empty() ? "" : ", ") + n;
+            m += ": one of " + names;
+        } else {
+            m += ": " + detail::expected(k);
+        }
+        if (!k.def.empty()) m += " (default " + std::string(k.def) + ")";
+        out.push_back({k.name, std::move(m)});
+    }
+    return out;
+}
+
+} // namespace hvstor::perf
+
+namespace hvstor::perf::detail {
+
 std::string expected(const Key& k) {
     const std::string range = range_text(k);
     switch (k.kind) {

@@ -230,6 +230,25 @@ bool resolve(Parsed& p, std::string& err) {
 
 } // namespace
 
+constexpr FaultKey kFaultKeys[] = {
+    {"error", "medium, not-ready, unit-attention or busy: the command fails with that status"},
+    {"stall", "milliseconds (1..3600000) or hold: the command waits that long, or until the fault changes"},
+    {"srb", "a completion with this SRB status: a name (success, error, busy, ...) or a byte 0xNN"},
+    {"scsi", "with srb: the SCSI status, good, check-condition, busy, task-set-full or 0xNN"},
+    {"sense", "with srb: fixed-format sense KEY/ASC/ASCQ in hex, e.g. 3/11/00"},
+    {"data", "with srb: the bytes reported transferred"},
+    {"autosense", "with a named srb status: on or off, the AUTOSENSE_VALID flag"},
+    {"opstatus", "0xNNNNNNNN: the completion's VStor operation status"},
+    {"ops", "read, write, flush or any (default): which commands"},
+    {"lba", "FIRST[-LAST]: reads and writes touching these blocks"},
+    {"every", "N: the Nth, 2Nth, ... matching command"},
+    {"percent", "P: each matching command with probability P/100"},
+    {"seed", "S: the generator's seed for percent (default 1)"},
+    {"count", "N: at most N injections"},
+};
+
+std::span<const FaultKey> fault_keys() { return kFaultKeys; }
+
 bool parse_fault(std::string_view text, FaultSpec& out, std::string& err) {
     Parsed p;
     if (text.empty() || text == "none") {

@@ -26,6 +26,21 @@ TEST(FaultText, ParsesEverySetting) {
     EXPECT_EQ(parse_ok("none").action, FaultSpec::Action::None);
 }
 
+// The key table (what -object hv-fault offers) and the parser know the same settings.
+TEST(FaultText, KeyTableIsWhatTheParserKnows) {
+    const std::string unknown = parse_error("colour=red");
+    EXPECT_NE(unknown.find("unknown setting 'colour'"), std::string::npos) << unknown;
+    ASSERT_EQ(fault_keys().size(), 14u);
+    for (const FaultKey& k : fault_keys()) {
+        FaultSpec f;
+        std::string err;
+        parse_fault(std::string(k.name) + "=?", f, err);
+        EXPECT_EQ(err.find("unknown setting"), std::string::npos) << k.name << ": " << err;
+        EXPECT_NE(unknown.find(std::string(k.name) + "="), std::string::npos) << k.name << " missing from: " << unknown;
+        EXPECT_FALSE(k.meaning.empty()) << k.name;
+    }
+}
+
 TEST(FaultText, BadSettingsAreNamed) {
     EXPECT_EQ(parse_error("error=fire"), "fault: error=fire is not one of medium, not-ready, unit-attention, busy");
     EXPECT_EQ(parse_error("ops=read"), "fault: no action (error=, stall=, srb= or opstatus=)");

@@ -114,6 +114,14 @@ std::vector<std::string> vm_profile_names();
 void apply_time_scale(ModelConfig& cfg, double factor);
 void apply_time_scale(VmConfig& cfg, double factor);
 
+// The settings keys (a disk's, or the VM-level subset), in the documented order, with what
+// each means and what it takes: what an object form of the settings offers.
+struct SettingKey {
+    std::string_view name;
+    std::string meaning;  // "base IOPS cap: a rate from 1 to ... (default 0)"
+};
+std::vector<SettingKey> setting_keys(bool vm);
+
 // Short human-readable forms, for describe() and logs.
 std::string summarize(const ModelConfig& cfg);
 std::string summarize(const VmConfig& cfg);

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -66,5 +67,13 @@ struct FaultSpec {
 // False with a message naming the setting when `text` is not a fault as described above.
 // "" and "none" are no fault.
 bool parse_fault(std::string_view text, FaultSpec& out, std::string& err);
+
+// The settings the text is made of, in the order above, each with what it means: what an
+// object form of the fault offers (-object hv-fault). parse_fault knows exactly these.
+struct FaultKey {
+    std::string_view name;
+    std::string_view meaning;
+};
+std::span<const FaultKey> fault_keys();
 
 } // namespace hvstor::scsi
