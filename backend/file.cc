@@ -183,8 +183,7 @@ void FileBackend::finish(FileIo* io, int result) {
     Request* req = io->req;
     // Released first: the completion may submit again and reuse it.
     release(io);
-    req->result = result;
-    req->done->complete(req);
+    end_request(*req, result);
 }
 
 bool FileBackend::direct_ok(const Request& req) const {
@@ -204,12 +203,12 @@ void FileBackend::submit(std::span<Request* const> reqs) {
     size_t n = 0;
     uint64_t completed_here = 0;
     for (Request* req : reqs) {
+        begin_request(*this, *req);
         const int r = validate(*req, size(), kBlock, s_.read_only);
         // Nothing to move for an empty range; an empty iovec list would only trouble the
         // kernel.
         if (r != 0 || (req->op != Op::Flush && req->length == 0)) {
-            req->result = r;
-            req->done->complete(req);
+            end_request(*req, r);
             completed_here++;
             continue;
         }

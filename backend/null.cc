@@ -25,13 +25,13 @@ public:
     void submit(std::span<Request* const> reqs) override {
         inflight_.add(reqs.size());
         for (Request* req : reqs) {
+            begin_request(*this, *req);
             int r = detail::validate(*req, size(), kBlock, false);
             if (r == 0 && req->op == Op::Read) {
                 for (uint32_t i = 0; i < req->iovcnt; i++)
                     std::memset(req->iov[i].iov_base, 0, req->iov[i].iov_len);
             }
-            req->result = r;
-            req->done->complete(req);
+            end_request(*req, r);
         }
         inflight_.done(reqs.size());
     }

@@ -36,10 +36,10 @@ public:
         // thread must not return while this loop still touches the requests.
         inflight_.add(reqs.size());
         for (Request* req : reqs) {
+            begin_request(*this, *req);
             int r = detail::validate(*req, size(), kBlock, false);
             if (r == 0) r = execute(*req);
-            req->result = r;
-            req->done->complete(req);
+            end_request(*req, r);
         }
         inflight_.done(reqs.size());
     }

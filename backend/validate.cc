@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <iterator>
 
+#include "hvstor/trace.h"
+
 namespace hvstor::backend::detail {
 
 int validate(const Request& req, uint64_t size, uint32_t block_size, bool read_only) {
@@ -59,6 +61,19 @@ namespace hvstor::backend {
 
 int check_request(const Request& req, const Backend& be) {
     return detail::validate(req, be.size(), be.block_size(), be.read_only());
+}
+
+void begin_request(const Backend& be, Request& req) {
+    req.trace_id = be.trace_id();
+    trace<HVSTOR_TRACE_backend_submit>(req.trace_id, req.op, req.offset, req.length);
+}
+
+void end_request(Request& req, int result) {
+    req.result = result;
+    trace<HVSTOR_TRACE_backend_complete>(req.trace_id, req.op, static_cast<int64_t>(result));
+    if (result < 0) trace<HVSTOR_TRACE_backend_error>(req.trace_id, req.op, -result);
+    // The request is the submitter's again from here on.
+    req.done->complete(&req);
 }
 
 } // namespace hvstor::backend

@@ -91,7 +91,7 @@ install_glue() {
     sync_file "$f" "$dst/$(basename "$f")"
   done
   sync_file "$HVSTOR_ROOT/include/capi/hvstor/capi.h" "$dst/include/hvstor/capi.h"
-  sync_file "$HVSTOR_ROOT/include/core/hvstor/trace_events.h" "$dst/include/hvstor/trace_events.h"
+  sync_file "$HVSTOR_ROOT/include/thread/hvstor/trace_events.h" "$dst/include/hvstor/trace_events.h"
   # ninja does not see link_args inputs: relink by hand when the library changed.
   if ! cmp -s "$LIB_BUILD/libhvstor.a" "$dst/lib/libhvstor.a"; then
     sync_file "$LIB_BUILD/libhvstor.a" "$dst/lib/libhvstor.a"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hvstor/host.h"
+#include "trace_capture.h"
 
 namespace hvstor::test {
 
@@ -89,27 +90,10 @@ public:
         return false;
     }
 
-    struct Event {
-        HvstorTraceEvent ev;
-        std::vector<uint64_t> args;
-    };
-    void trace(HvstorTraceEvent ev, const uint64_t* args) override {
-        std::lock_guard lock(mu_);
-        static constexpr unsigned kArgs[] = {
-#define HVSTOR_FAKE_NARGS(name, nargs) nargs,
-            HVSTOR_TRACE_EVENTS(HVSTOR_FAKE_NARGS)
-#undef HVSTOR_FAKE_NARGS
-        };
-        events.push_back({ev, std::vector<uint64_t>(args, args + kArgs[ev])});
-    }
-    // The arguments of every `ev` traced so far, in order.
-    std::vector<std::vector<uint64_t>> traced(HvstorTraceEvent ev) {
-        std::lock_guard lock(mu_);
-        std::vector<std::vector<uint64_t>> out;
-        for (auto& e : events)
-            if (e.ev == ev) out.push_back(e.args);
-        return out;
-    }
+    // Trace events are process-wide (hvstor/trace.h), not the host's: the fake host, standing
+    // for the VMM, captures those of its lifetime. The arguments of every `ev` traced since
+    // it was made, in order, whichever host's model traced it.
+    std::vector<std::vector<uint64_t>> traced(HvstorTraceEvent ev) const { return trace_.traced(ev); }
 
     // While check_threads is set, guest memory and interrupt calls from a thread the VMM
     // does not know are counted: one that neither ran the thread hooks (hvstor/thread.h;
@@ -134,7 +118,6 @@ public:
 
     std::vector<Irq> irqs;
     std::vector<std::string> guest_errors;
-    std::vector<Event> events;
     std::atomic<uint64_t> maps{0}, unmaps{0};
 
 private:
@@ -144,6 +127,7 @@ private:
 
     std::mutex mu_;
     std::mutex mem_mu_; // read_gpa and write_gpa; a leaf lock
+    TraceCapture trace_;
     alignas(8) std::vector<uint8_t> ram_;
 };
 

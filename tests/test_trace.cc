@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "hvstor/host.h"
+#include "hvstor/trace_events.h"
 
 namespace {
 

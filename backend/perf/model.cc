@@ -12,6 +12,7 @@
 
 #include "../validate.h"
 #include "hvstor/perf/timeline.h"
+#include "hvstor/trace.h"
 #include "io_pool.h"
 #include "keys.h"
 #include "scheduler.h"
@@ -102,6 +103,10 @@ public:
     // The model's caps and latencies do not depend on the size; requests it queued were
     // checked against the old one, and the inner backend checks them again when issued.
     bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
+    void set_trace_id(uint32_t id) override {
+        Backend::set_trace_id(id);
+        inner_->set_trace_id(id);
+    }
 
     void submit(std::span<Request* const> reqs) override {
         if (reqs.empty()) return;
@@ -186,8 +191,12 @@ private:
         for (Entry* e : d.issue.span()) {
             Io* io = static_cast<Io*>(e);
             stats_.issued(io->issued - io->arrival);
+            trace<HVSTOR_TRACE_perf_queued>(trace_id(), io->issued - io->arrival);
             w.issue.push(&io->inner);
         }
+        if (d.held_by != detail::Limit::None || d.held_for > 0)
+            trace<HVSTOR_TRACE_perf_throttled>(trace_id(), d.held_by, d.held_for);
+        trace_credits(now);
         for (Entry* e : d.done.span()) {
             Io* io = static_cast<Io*>(e);
             Request* g = io->guest;
@@ -197,6 +206,22 @@ private:
             pool_.put(io);
         }
         stats_.queue_depth(now, sched_.host_queue());
+    }
+
+    // hvstor_perf_burst_credits: when a credit bank runs dry (below one IO's worth), and when
+    // both have earned back 1% of their capacity (and one IO) after that.
+    void trace_credits(Nanos now) {
+        if (!tracing()) return;
+        const Credits c = sched_.credits(now);
+        if (!c.enabled) return;
+        const double unit = double(cfg_.io_unit);
+        const bool iops = c.iops_capacity > 0, bytes = c.bytes_capacity > 0;
+        const bool dry = (iops && c.iops < 1) || (bytes && c.bytes < unit);
+        const bool refilled = (!iops || c.iops >= std::max(1.0, c.iops_capacity / 100)) &&
+                              (!bytes || c.bytes >= std::max(unit, c.bytes_capacity / 100));
+        if (credits_dry_ ? !refilled : !dry) return;
+        credits_dry_ = !credits_dry_;
+        trace<HVSTOR_TRACE_perf_burst_credits>(trace_id(), c.iops, c.bytes);
     }
 
     void schedule() {
@@ -254,6 +279,7 @@ private:
     std::mutex mu_;  // guards everything from here to the timer
     Nanos last_now_;
     Nanos armed_ = kNever;  // the timer's pending deadline
+    bool credits_dry_ = false;  // a credit bank ran dry (trace_credits)
     detail::Scheduler sched_;
     detail::StatsAccumulator stats_;
     detail::IoPool pool_;

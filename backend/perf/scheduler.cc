@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hvstor/trace.h"
 #include "saturate.h"
 
 namespace hvstor::perf::detail {
@@ -165,11 +166,20 @@ Entry* Scheduler::pick_round_robin(Nanos& wait) {
 // late on a busy host), the IOs that should have gone meanwhile are admitted at the instants
 // they were due, so the caps hold exactly whatever the wake-up jitter.
 void Scheduler::dispatch(Nanos now, Decisions& out) {
+    const Nanos parked = retry_at_;
     Nanos t = retry_at_ < now ? retry_at_ : now;
     retry_at_ = kNever;
     while (queued_ > 0) {
         // A completion dispatches again when a slot frees up.
-        if (!shutdown_ && max_outstanding_ && active_ >= max_outstanding_) return;
+        if (!shutdown_ && max_outstanding_ && active_ >= max_outstanding_) {
+            if (!at_outstanding_) {
+                out.held_by = Limit::Outstanding;
+                out.held_for = 0;
+            }
+            at_outstanding_ = true;
+            return;
+        }
+        at_outstanding_ = false;
         refill(t);
         Nanos wait = kNever;
         Entry* e = pick(wait);
@@ -182,10 +192,35 @@ void Scheduler::dispatch(Nanos now, Decisions& out) {
         const Nanos next = deadline_after(t, wait);
         if (next > now) {
             retry_at_ = next;  // kNever past the horizon: wait for the next arrival or completion
+            // Once per deadline: a queue that stays held reports again only when it moves.
+            if (next != parked && next != kNever && tracing()) {
+                out.held_by = holder(wait);
+                out.held_for = next - now;
+            }
             return;
         }
         t = next;
     }
+}
+
+// Which cap makes a queue head wait `wait` (what pick() reported): the first head with a
+// limiter whose own wait is exactly that.
+Limit Scheduler::holder(Nanos wait) const {
+    const auto of = [&](const Entry* h) {
+        if (dir_iops_[h->dir].wait(h->units) == wait) return Limit::DirIops;
+        if (dir_bytes_[h->dir].wait(h->bytes) == wait) return Limit::DirBytes;
+        if (iops_.wait(h->units) == wait) return Limit::DiskIops;
+        if (bytes_.wait(h->bytes) == wait) return Limit::DiskBytes;
+        return Limit::None;
+    };
+    Limit l = Limit::None;
+    const auto look = [&](const Queue& q) {
+        if (l == Limit::None && !q.empty()) l = of(q.head);
+    };
+    look(fifo_);
+    for (const Queue& q : dirq_) look(q);
+    for (uint32_t ch : rr_) look(chan_[ch]);
+    return l;
 }
 
 void Scheduler::refill(Nanos t) {
@@ -208,6 +243,8 @@ void Scheduler::admit(Entry* e, Nanos at, Nanos now, Decisions& out) {
     if (vm_ && !shutdown_) {
         const Nanos t = vm_->reserve(e->units, e->bytes, at);
         if (t > now) {
+            out.held_by = Limit::Vm;
+            out.held_for = t - now;
             vm_waiting_++;
             push_event(t, e, EventKind::Issue);
             return;

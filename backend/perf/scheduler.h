@@ -38,10 +38,25 @@ struct Entry {
     bool due_passed = false;
 };
 
-// What one call decided, in order: IOs to issue to the inner backend, IOs to complete.
+// The limit that holds IOs back (hvstor_perf_throttled's limiter: the numbers are the trace's).
+enum class Limit : uint8_t {
+    None = 0,         // nothing, or a limit not named here
+    DiskIops = 1,     // the disk's IOPS cap (its burst included)
+    DiskBytes = 2,    // the disk's bandwidth cap
+    DirIops = 3,      // the read or write IOPS cap
+    DirBytes = 4,     // the read or write bandwidth cap
+    Vm = 5,           // the shared caps: a model object's (its disks together) or the VM's
+    Outstanding = 6,  // max-outstanding
+};
+
+// What one call decided, in order: IOs to issue to the inner backend, IOs to complete. And
+// whether it newly held the queue back: by which limit, for how long from the call's now (0:
+// until a completion frees a slot).
 struct Decisions {
     Batch<Entry*> issue;
     Batch<Entry*> done;
+    Limit held_by = Limit::None;
+    Nanos held_for = 0;
 };
 
 class Scheduler {
@@ -98,6 +113,7 @@ private:
     Entry* pick_fifo(Nanos& wait);
     Entry* pick_per_direction(Nanos& wait);
     Entry* pick_round_robin(Nanos& wait);
+    Limit holder(Nanos wait) const;
     void refill(Nanos t);
     void admit(Entry* e, Nanos at, Nanos now, Decisions& out);
     void issue(Entry* e, Nanos at, Decisions& out);
@@ -128,6 +144,7 @@ private:
     std::vector<Event> heap_;
     uint64_t seq_ = 0;
     Nanos retry_at_ = kNever;  // when the queue head's tokens will suffice
+    bool at_outstanding_ = false;  // dispatch last stopped at max-outstanding (reported once)
     bool shutdown_ = false;
 };
 

@@ -11,12 +11,20 @@
 #include "disk_factory.h"
 #include "guard.h"
 #include "hvstor/hyperv/hv_status.h"
+#include "hvstor/scsi/fault.h"
 #include "hvstor/thread.h"
+#include "hvstor/trace.h"
 #include "machine.h"
 
 using hvstor::capi::fail_with;
 using hvstor::capi::guarded;
 using hvstor::capi::log_once;
+
+// A model object's settings, and the caps the disks made with it share.
+struct HvstorDiskModel {
+    std::string settings;
+    std::shared_ptr<hvstor::perf::VmLimits> group;
+};
 
 namespace {
 
@@ -33,9 +41,6 @@ public:
     void raise_vector(uint32_t vp, uint8_t vector) override { ops_.raise_vector(ops_.opaque, vp, vector); }
     void guest_error(const char* line) override {
         if (ops_.guest_error) ops_.guest_error(ops_.opaque, line);
-    }
-    void trace(HvstorTraceEvent ev, const uint64_t* args) override {
-        if (ops_.trace) ops_.trace(ops_.opaque, ev, args);
     }
     void poll_while_waiting() override {
         if (ops_.poll_while_waiting) ops_.poll_while_waiting(ops_.opaque);
@@ -92,6 +97,11 @@ hvstor::capi::DiskSpec to_cpp(const HvstorDiskConfig& c) {
     s.serial = str(c.serial);
     s.lun = c.lun;
     s.perf = str(c.perf);
+    if (c.model) {
+        if (!s.perf.empty()) throw hvstor::capi::ConfigError("perf: settings and a model object, not both");
+        s.perf = c.model->settings;
+        s.group = c.model->group;
+    }
     s.name = str(c.name);
     s.fault = str(c.fault);
     s.notices = !c.without_notices;
@@ -143,6 +153,14 @@ hvstor::capi::ScsiController* to_cpp(HvstorController* c) { return reinterpret_c
 HvstorDisk* to_c(hvstor::capi::AttachedDisk* d) { return reinterpret_cast<HvstorDisk*>(d); }
 hvstor::capi::AttachedDisk* to_cpp(HvstorDisk* d) { return reinterpret_cast<hvstor::capi::AttachedDisk*>(d); }
 
+// hvstor_set_trace_hook's: one static sink that reads the hook at each event, so replacing
+// the hook never frees anything a tracing thread may still hold.
+std::atomic<void (*)(uint32_t, const uint64_t*)> trace_hook{nullptr};
+void to_trace_hook(void* /*opaque*/, HvstorTraceEvent ev, const uint64_t* args) {
+    if (auto* hook = trace_hook.load(std::memory_order_acquire)) hook(ev, args);
+}
+constexpr hvstor::TraceSink kTraceSink{to_trace_hook, nullptr};
+
 } // namespace
 
 extern "C" {
@@ -158,6 +176,11 @@ void hvstor_set_thread_hooks(void (*enter)(void), void (*leave)(void)) {
     slot.enter = enter;
     slot.leave = leave;
     hvstor::set_thread_hooks(&slot);
+}
+
+void hvstor_set_trace_hook(void (*trace)(uint32_t event, const uint64_t* args)) {
+    trace_hook.store(trace, std::memory_order_release);
+    hvstor::set_trace_sink(trace ? &kTraceSink : nullptr);
 }
 
 bool hvstor_parse_vmbus_version(const char* text, uint32_t* version) {
@@ -236,6 +259,79 @@ HvstorMsrResult hvstor_wrmsr(HvstorVmbus* vb, uint32_t vp, uint32_t msr, uint64_
 uint64_t hvstor_hypercall(HvstorVmbus* vb, uint32_t vp, uint64_t control, uint64_t input, uint64_t output) {
     return guarded([&] { return vb->machine.partition().hypercall(vp, control, input, output); },
                    log_once(vb->exception_logged, "hvstor_hypercall", kHypercallFailed));
+}
+
+namespace {
+
+enum class SettingsKind { DiskModel, VmCaps, Fault };
+
+SettingsKind settings_kind(const char* kind) {
+    const std::string k = str(kind);
+    if (k == "disk-model") return SettingsKind::DiskModel;
+    if (k == "vm-caps") return SettingsKind::VmCaps;
+    if (k == "fault") return SettingsKind::Fault;
+    throw std::invalid_argument("settings of '" + k + "': want disk-model, vm-caps or fault");
+}
+
+} // namespace
+
+char* hvstor_settings_keys(const char* kind) {
+    return guarded(
+        [&] {
+            std::string out;
+            const SettingsKind k = settings_kind(kind);
+            if (k == SettingsKind::Fault) {
+                for (const auto& f : hvstor::scsi::fault_keys())
+                    out += std::string(f.name) + "\t" + std::string(f.meaning) + "\n";
+            } else {
+                for (const auto& s : hvstor::perf::setting_keys(k == SettingsKind::VmCaps))
+                    out += std::string(s.name) + "\t" + s.meaning + "\n";
+            }
+            return hvstor::capi::dup_message(out.c_str());
+        },
+        [](const char*) -> char* { return nullptr; });
+}
+
+bool hvstor_settings_check(const char* kind, const char* text, char** err) {
+    return guarded(
+        [&] {
+            std::string why;
+            bool ok;
+            switch (settings_kind(kind)) {
+            case SettingsKind::DiskModel: {
+                hvstor::perf::ModelConfig mc;
+                ok = hvstor::perf::parse_model_config(str(text), mc, why);
+                break;
+            }
+            case SettingsKind::VmCaps: {
+                hvstor::perf::VmConfig vc;
+                ok = hvstor::perf::parse_vm_config(str(text), vc, why);
+                break;
+            }
+            default: {
+                hvstor::scsi::FaultSpec f;
+                ok = hvstor::scsi::parse_fault(str(text), f, why);
+            }
+            }
+            if (!ok) throw hvstor::capi::ConfigError(why);
+            return true;
+        },
+        fail_with(err, false));
+}
+
+HvstorDiskModel* hvstor_disk_model_new(const char* settings, char** err) {
+    return guarded(
+        [&] {
+            hvstor::perf::ModelConfig mc;
+            std::string why;
+            if (!hvstor::perf::parse_model_config(str(settings), mc, why)) throw hvstor::capi::ConfigError(why);
+            return new HvstorDiskModel{str(settings), hvstor::perf::VmLimits::group(mc)};
+        },
+        fail_with(err, static_cast<HvstorDiskModel*>(nullptr)));
+}
+
+void hvstor_disk_model_free(HvstorDiskModel* m) {
+    guarded([&] { delete m; }, [](const char*) {});
 }
 
 bool hvstor_vmbus_set_vm_perf(HvstorVmbus* vb, const char* spec, char** err) {

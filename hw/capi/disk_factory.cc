@@ -2,6 +2,7 @@
 
 #include "drive_backend.h"
 
+#include <atomic>
 #include <cerrno>
 #include <utility>
 
@@ -28,6 +29,10 @@ public:
     // RAM and null keep their bytes in memory or nowhere: a read-only disk may still change
     // its capacity, as a host resizing a read-only volume would.
     bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
+    void set_trace_id(uint32_t id) override {
+        Backend::set_trace_id(id);
+        inner_->set_trace_id(id);
+    }
 
     void submit(std::span<backend::Request* const> reqs) override {
         // A batch of reads and flushes passes whole, so the inner backend still sees batches.
@@ -47,6 +52,13 @@ private:
 
     std::unique_ptr<backend::Backend> inner_;
 };
+
+// The disk id of trace events (hvstor/trace_events.h): 1 for the first disk this process
+// builds, then counting, never reused.
+uint32_t next_trace_id() {
+    static std::atomic<uint32_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 std::string disk_name(const DiskSpec& spec) {
     return spec.name.empty() ? "lun" + std::to_string(spec.lun) : spec.name;
@@ -129,13 +141,13 @@ std::unique_ptr<backend::Backend> DiskFactory::open_storage(const DiskSpec& spec
 }
 
 std::unique_ptr<perf::ModelBackend> DiskFactory::wrap_in_model(std::unique_ptr<backend::Backend> storage,
-                                                               const std::string& settings,
+                                                               const DiskSpec& spec,
                                                                const std::string& name) const {
     perf::ModelConfig mc;
     std::string err;
-    if (!perf::parse_model_config(settings, mc, err)) throw DiskError("perf: " + err);
+    if (!perf::parse_model_config(spec.perf, mc, err)) throw DiskError("perf: " + err);
     if (mc.name.empty()) mc.name = name;
-    auto model = perf::make_model(std::move(storage), mc, clock_, vm_, err);
+    auto model = perf::make_model(std::move(storage), mc, clock_, perf::VmLimits::chain(spec.group, vm_), err);
     if (!model) throw DiskError("perf: " + err);
     return model;
 }
@@ -144,7 +156,7 @@ std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, cons
     std::unique_ptr<AttachedDisk> d(new AttachedDisk(ctl, spec.lun, disk_name(spec), spec.notices));
     d->backend_ = open_storage(spec);
     if (!spec.perf.empty()) {
-        auto model = wrap_in_model(std::move(d->backend_), spec.perf, d->name_);
+        auto model = wrap_in_model(std::move(d->backend_), spec, d->name_);
         d->model_ = model.get();
         d->backend_ = std::move(model);
     }
@@ -153,6 +165,10 @@ std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, cons
     // The disk advertises what the controller accepts, so the guest never sends more.
     dc.max_transfer_bytes = ctl.config().max_transfer_bytes;
     dc.capacity_notice = spec.notices;
+    // One trace id for every layer of the disk: the SCSI disk, the model, the storage.
+    dc.trace_id = next_trace_id();
+    dc.lun = spec.lun;
+    d->backend_->set_trace_id(dc.trace_id);
     d->disk_ = std::make_unique<scsi::Disk>(*d->backend_, dc, ctl);
     if (!spec.fault.empty()) d->set_fault(spec.fault);
     std::string err;

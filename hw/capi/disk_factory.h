@@ -33,6 +33,9 @@ struct DiskSpec {
     std::string serial;   // "" for none
     uint8_t lun = 0;
     std::string perf;     // performance model settings (docs/perf-model.md), "" for none
+    // The caps this disk shares with the other disks of one model object (perf::VmLimits::
+    // group); passed after the disk's own caps and before the VM's. Null for none.
+    std::shared_ptr<perf::VmLimits> group;
     std::string name;     // statistics and timeline; "" means "lun<N>"
     std::string fault;    // injected fault (hvstor/scsi/fault.h), "" for none
     // The device's own notices of this disk: ENUMERATE_BUS when it is attached or detached,
@@ -116,7 +119,7 @@ public:
 
 private:
     std::unique_ptr<perf::ModelBackend> wrap_in_model(std::unique_ptr<backend::Backend> storage,
-                                                      const std::string& settings, const std::string& name) const;
+                                                      const DiskSpec& spec, const std::string& name) const;
 
     std::shared_ptr<perf::VmLimits> vm_;
     perf::Clock* clock_;

@@ -38,10 +38,10 @@ public:
 
     void submit(std::span<backend::Request* const> reqs) override {
         for (backend::Request* req : reqs) {
+            backend::begin_request(*this, *req);
             const int e = backend::check_request(*req, *this);
             if (e != 0) {
-                req->result = e;
-                req->done->complete(req);
+                backend::end_request(*req, e);
                 continue;
             }
             const HvstorBlockIo io{to_c(req->op), req->fua, req->offset, req->length, req->iov, req->iovcnt};
@@ -90,9 +90,7 @@ extern "C" void hvstor_block_complete(void* token, int result) {
     // completes through the controller), guarded all the same like every entry point.
     hvstor::capi::guarded(
         [&] {
-            auto* req = static_cast<hvstor::backend::Request*>(token);
-            req->result = result;
-            req->done->complete(req);
+            hvstor::backend::end_request(*static_cast<hvstor::backend::Request*>(token), result);
         },
         [](const char* text) { std::fprintf(stderr, "hvstor: hvstor_block_complete: %s\n", text); });
 }

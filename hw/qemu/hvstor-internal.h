@@ -5,6 +5,7 @@
  *   hvstor-kvm.c   MSR filter and CPUID leaves under KVM
  *   hvstor-trace.c guest-error lines and trace events
  *   hvstor-props.c property descriptions, the model's errors as QEMU's
+ *   hvstor-objects.c -object hv-disk-model, hv-vm-caps, hv-fault
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -18,7 +19,10 @@
 void hv_host_memory_ops(HvstorHostOps *ops);
 /* Registers the model's threads with RCU; once, before any device exists. */
 void hv_host_thread_hooks(void);
-/* Fills guest_error (LOG_GUEST_ERROR) and trace (QEMU's trace backends) of ops. */
+/*
+ * Fills guest_error of ops (LOG_GUEST_ERROR) and sets the model's process-wide trace hook
+ * (its events to QEMU's trace backends).
+ */
 void hv_host_log_ops(HvstorHostOps *ops);
 
 /* Vectors raised by device threads, delivered by a bottom half: 256 bits per VP. */
@@ -59,7 +63,27 @@ void hv_describe_props(ObjectClass *klass, const HvPropDoc *docs);
  * freed here; NULL when the model ran out of memory).
  */
 void hv_model_error(Error **errp, char *err, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
+/*
+ * A "stats" property's value: the model's JSON (malloc()ed, freed here; NULL: none to give)
+ * visited as the JSON object it is, so that qom-get returns an object, not a string.
+ */
+void hv_visit_stats(Visitor *v, const char *name, char *json, const char *what, Error **errp);
 /* The same as a warning or an error on stderr, where no caller takes an Error. */
 void hv_model_report(bool warning, char *err, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
+
+/* Settings as objects (hvstor-objects.c). */
+#define TYPE_HV_DISK_MODEL "hv-disk-model"
+#define TYPE_HV_VM_CAPS "hv-vm-caps"
+#define TYPE_HV_FAULT "hv-fault"
+
+/*
+ * The settings text a property `what` (perf, vm-perf, fault) stands for: `value` itself when
+ * it is text (it holds a '=', or is "" or "none"), else the id of an -object of `type`,
+ * whose settings it returns (the object's; valid while it exists). With `model` (perf=): an
+ * hv-disk-model's shared model goes there and "" is returned; NULL there otherwise. NULL with
+ * errp set when no object of that type has the id.
+ */
+const char *hv_settings_resolve(const char *type, const char *what, const char *value,
+                                HvstorDiskModel **model, Error **errp);
 
 #endif

@@ -7,6 +7,9 @@
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
 #include "qom/object.h"
+#include "qobject/qobject.h"
+#include "qobject/qjson.h"
+#include "qapi/visitor.h"
 #include "hvstor-internal.h"
 
 void hv_describe_props(ObjectClass *klass, const HvPropDoc *docs)
@@ -44,4 +47,24 @@ void hv_model_report(bool warning, char *err, const char *fmt, ...)
         error_report("%s: %s", what, err ? err : "out of memory");
     }
     free(err);
+}
+
+void hv_visit_stats(Visitor *v, const char *name, char *json, const char *what, Error **errp)
+{
+    QObject *obj;
+    Error *local = NULL;
+
+    if (!json) {
+        error_setg(errp, "%s: statistics unavailable", what);
+        return;
+    }
+    obj = qobject_from_json(json, &local);
+    free(json);
+    if (!obj) {
+        /* The model writes finite numbers and escaped strings only: a bug of ours. */
+        error_propagate_prepend(errp, local, "%s: statistics: ", what);
+        return;
+    }
+    visit_type_any(v, name, &obj, errp);
+    qobject_unref(obj);
 }

@@ -3,6 +3,7 @@
  * hv-disk: a SCSI disk on one of its LUNs. The storage protocol, the SCSI
  * target and the backends live in the C++ core (include/hvstor/capi.h).
  *
+ *   -device hv-vmbus-bridge            (first: the partition and VMBus, bus "vmbus")
  *   -device hv-storvsc,id=scsi0[,max-subchannels=N][,max-transfer=BYTES][,inline-rounds=off]
  *          [,iothread=IOTHREAD][,reset=answer|ignore|fail]
  *          [,class=scsi|ide|fc][,port-wwn=16 HEX DIGITS,node-wwn=16 HEX DIGITS]
@@ -11,6 +12,8 @@
  *   -device hv-disk,bus=scsi0.0,lun=0,file=disk.img[,readonly=on][,direct=off]
  *   -device hv-disk,bus=scsi0.0,lun=1,backend=null,size=64G[,fault=...][,notices=off]
  *   -device hv-disk,bus=scsi0.0,lun=2,drive=DRIVE[,iothread=IOTHREAD]
+ *   -object hv-disk-model,id=p10,profile=premium-p10 -device hv-disk,...,perf=p10
+ *   -object hv-fault,id=f0,error=medium,ops=read -device hv-disk,...,fault=f0
  *
  * drive= puts the disk on QEMU's block layer (-drive if=none / -blockdev: qcow2, backing
  * chains, throttling); its I/O runs in an IOThread, iothread= or one of its own
@@ -34,7 +37,7 @@
  * disk at LUN 0, no subchannels) or fc (a Fibre Channel HBA whose port-wwn and node-wwn
  * the guest asks for). ("type" is every QOM object's own, the type name.)
  *
- * Both have a "stats" property (JSON, for QMP qom-get): per channel for the
+ * Both have a "stats" property (a JSON object for QMP qom-get): per channel for the
  * controller, the disk's I/O for hv-disk. hv-disk's "capacity" (bytes) reads the
  * disk's size and changes it while the guest runs (qom-set): a file grows, RAM up
  * to its size at creation, null to anything; the guest's next command gets UNIT
@@ -53,7 +56,6 @@
 #include "qapi/error.h"
 #include "qapi/visitor.h"
 #include "hw/boards.h"
-#include "hw/isa/isa.h"
 #include "hw/hotplug.h"
 #include "hw/qdev-core.h"
 #include "hw/qdev-properties.h"
@@ -72,12 +74,9 @@ OBJECT_DECLARE_SIMPLE_TYPE(HvDisk, HV_DISK)
 /* "max-subchannels" left at this means one channel per vCPU (see realize). */
 #define HV_STORVSC_SUBCHANNELS_AUTO 0xFFFF
 
-/*
- * The controller sits on the ISA bus only so that QEMU finds its disk bus
- * ("<id>.0") when -device hv-disk,bus=... is parsed; it has no ISA resources.
- */
+/* On the bridge's VMBus bus; its disks plug into its own bus, "<id>.0". */
 struct HvStorvsc {
-    ISADevice parent_obj;
+    DeviceState parent_obj;
     BusState bus;
     QemuUUID instance;
     uint16_t max_subchannels;
@@ -112,8 +111,6 @@ struct HvDisk {
     HvstorDisk *disk;    /* NULL once its removal started */
     bool removing;       /* device_del: the model finishes the disk's requests */
 };
-
-static unsigned controller_count;
 
 /*
  * The channels' event loop over an IOThread's AioContext (HvstorEventLoop).
@@ -272,7 +269,8 @@ static void hv_storvsc_defaults(HvStorvsc *s, unsigned index)
 static void hv_storvsc_realize(DeviceState *dev, Error **errp)
 {
     HvStorvsc *s = HV_STORVSC(dev);
-    HvstorVmbus *vb = hv_vmbus_bridge_get(errp);
+    unsigned index;
+    HvstorVmbus *vb = hv_vmbus_bus_vmbus(qdev_get_parent_bus(dev), &index);
     MachineState *ms = MACHINE(qdev_get_machine());
     HvstorControllerConfig cfg = { 0 };
     uint8_t wire[16];
@@ -281,11 +279,7 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
     g_autofree char *name = NULL;
     g_autofree HvstorEventLoop *loops = NULL;
 
-    if (!vb) {
-        return;
-    }
-    hv_storvsc_defaults(s, controller_count);
-    controller_count++;
+    hv_storvsc_defaults(s, index);
     /* VMBus carries GUIDs with the first three fields little-endian. */
     le = qemu_uuid_bswap(s->instance);
     memcpy(wire, le.data, 16);
@@ -312,7 +306,7 @@ static void hv_storvsc_realize(DeviceState *dev, Error **errp)
         return;
     }
     name = dev->id ? g_strdup_printf("hv-storvsc %s", dev->id)
-                   : g_strdup_printf("hv-storvsc #%u", controller_count - 1);
+                   : g_strdup_printf("hv-storvsc #%u", index);
     cfg.name = name;
     s->ctl = hvstor_controller_new(vb, wire, &cfg, &err);
     if (!s->ctl) {
@@ -345,7 +339,7 @@ static const HvPropDoc hv_storvsc_docs[] = {
                "ide (Generation 1's IDE accelerator, one disk) or fc (virtual Fibre Channel)" },
     { "port-wwn", "class=fc: the HBA's port world wide name, 16 hex digits (FCHBA_DATA)" },
     { "node-wwn", "class=fc: the HBA's node world wide name, 16 hex digits (FCHBA_DATA)" },
-    { "stats", "JSON statistics: resets and notices, and per channel packets, SRBs, "
+    { "stats", "statistics, a JSON object: resets and notices, and per channel packets, SRBs, "
                "completions, errors, interrupts (read-only)" },
     { "reset", "how RESET_LUN, RESET_BUS and RESET_ADAPTER are answered: answer (default, "
                "success), fail (0xC0000001) or ignore (held until this changes)" },
@@ -368,20 +362,14 @@ static const Property hv_storvsc_props[] = {
     DEFINE_PROP_STRING("node-wwn", HvStorvsc, node_wwn),
 };
 
-/* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */
-static char *hv_storvsc_get_stats(Object *obj, Error **errp)
+/* Live statistics for QMP, a JSON object: qom-get path=/machine/peripheral/ID property=stats */
+static void hv_storvsc_get_stats(Object *obj, Visitor *v, const char *name, void *opaque,
+                                 Error **errp)
 {
     HvStorvsc *s = HV_STORVSC(obj);
-    char *json, *copy;
 
-    json = s->ctl ? hvstor_controller_stats_json(s->ctl) : NULL;
-    if (!json) {
-        error_setg(errp, "hv-storvsc: statistics unavailable");
-        return NULL;
-    }
-    copy = g_strdup(json);
-    free(json);
-    return copy;
+    hv_visit_stats(v, name, s->ctl ? hvstor_controller_stats_json(s->ctl) : NULL, "hv-storvsc",
+                   errp);
 }
 
 /*
@@ -465,12 +453,13 @@ static void hv_storvsc_class_init(ObjectClass *klass, void *data)
     DeviceClass *dc = DEVICE_CLASS(klass);
 
     dc->realize = hv_storvsc_realize;
-    dc->desc = "Hyper-V synthetic SCSI controller (VMBus)";
+    dc->bus_type = TYPE_HV_VMBUS_BUS;
+    dc->desc = "Hyper-V synthetic SCSI controller (VMBus; after -device hv-vmbus-bridge)";
     dc->user_creatable = true;
     dc->hotpluggable = false;
     device_class_set_props(dc, hv_storvsc_props);
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
-    object_class_property_add_str(klass, "stats", hv_storvsc_get_stats, NULL);
+    object_class_property_add(klass, "stats", "any", hv_storvsc_get_stats, NULL, NULL, NULL);
     object_class_property_add_str(klass, "reset", hv_storvsc_get_reset, hv_storvsc_set_reset);
     object_class_property_add_str(klass, "notify", hv_storvsc_get_notify, hv_storvsc_set_notify);
     hv_describe_props(klass, hv_storvsc_docs);
@@ -527,14 +516,23 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
         .direct = d->direct,
         .serial = d->serial,
         .lun = d->lun,
-        .perf = d->perf,
         .name = dev->id,
-        .fault = d->fault,
         .without_notices = !d->notices,
     };
     HvstorBlockOps block;
+    HvstorDiskModel *model;
     char *err = NULL;
 
+    /* perf= and fault= as text, or the id of an -object holding them (hvstor-objects.c). */
+    cfg.perf = hv_settings_resolve(TYPE_HV_DISK_MODEL, "perf", d->perf, &model, errp);
+    if (d->perf && !cfg.perf) {
+        return;
+    }
+    cfg.model = model;
+    cfg.fault = hv_settings_resolve(TYPE_HV_FAULT, "fault", d->fault, NULL, errp);
+    if (d->fault && !cfg.fault) {
+        return;
+    }
     if (d->conf.blk) {
         if (!hv_disk_open_drive(d, ctl->max_transfer, &block, errp)) {
             return;
@@ -585,14 +583,16 @@ static const HvPropDoc hv_disk_docs[] = {
     { "readonly", "write protection: writes fail with DATA PROTECT" },
     { "direct", "open file= with O_DIRECT, falling back to buffered I/O where refused" },
     { "serial", "the VPD unit serial number the guest reads" },
-    { "perf", "an Azure-like disk model in front of the storage, e.g. "
+    { "perf", "an Azure-like disk model in front of the storage: the id of an -object "
+              "hv-disk-model (disks naming one share its caps), or its settings as text, e.g. "
               "profile=premium-p10,,burst=off (docs/perf-model.md)" },
     { "notices", "off: no ENUMERATE_BUS when the disk is plugged or unplugged and no UNIT "
                  "ATTENTION when its capacity changes" },
     { "drive", "a -drive or -blockdev node as the disk's storage (QEMU's block layer)" },
     { "iothread", "with drive=: the IOThread the disk's block I/O runs in" },
-    { "stats", "JSON statistics: the disk's I/O, or its model's (read-only)" },
-    { "fault", "fail, stall or answer chosen I/O, e.g. error=medium,,ops=read,,lba=0-99 "
+    { "stats", "statistics, a JSON object: the disk's I/O, or its model's (read-only)" },
+    { "fault", "fail, stall or answer chosen I/O: the id of an -object hv-fault, or its "
+               "settings as text, e.g. error=medium,,ops=read,,lba=0-99 "
                "(docs/fault-injection.md); settable at run time" },
     { "capacity", "the disk's size in bytes; set at run time, the guest gets UNIT ATTENTION "
                   "and rescans" },
@@ -613,24 +613,17 @@ static const Property hv_disk_props[] = {
     DEFINE_PROP_LINK("iothread", HvDisk, iothread, TYPE_IOTHREAD, IOThread *),
 };
 
-/* Live statistics (JSON) for QMP: qom-get path=/machine/peripheral/ID property=stats */
-static char *hv_disk_get_stats(Object *obj, Error **errp)
+/* Live statistics for QMP, a JSON object: qom-get path=/machine/peripheral/ID property=stats */
+static void hv_disk_get_stats(Object *obj, Visitor *v, const char *name, void *opaque,
+                              Error **errp)
 {
     HvDisk *d = HV_DISK(obj);
-    char *json, *copy;
 
     if (!d->disk) {
         error_setg(errp, d->removing ? "hv-disk is being removed" : "hv-disk is not realized");
-        return NULL;
+        return;
     }
-    json = hvstor_disk_stats_json(d->disk);
-    if (!json) {
-        error_setg(errp, "hv-disk: statistics unavailable");
-        return NULL;
-    }
-    copy = g_strdup(json);
-    free(json);
-    return copy;
+    hv_visit_stats(v, name, hvstor_disk_stats_json(d->disk), "hv-disk", errp);
 }
 
 /*
@@ -655,9 +648,16 @@ static void hv_disk_set_fault(Object *obj, const char *value, Error **errp)
         error_setg(errp, "hv-disk is being removed");
         return;
     }
-    if (d->disk && !hvstor_disk_set_fault(d->disk, value, &err)) {
-        hv_model_error(errp, err, "hv-disk lun %u", d->lun);
-        return;
+    if (d->disk) {
+        const char *text = hv_settings_resolve(TYPE_HV_FAULT, "fault", value, NULL, errp);
+
+        if (!text) {
+            return;
+        }
+        if (!hvstor_disk_set_fault(d->disk, text, &err)) {
+            hv_model_error(errp, err, "hv-disk lun %u", d->lun);
+            return;
+        }
     }
     g_free(d->fault);
     d->fault = g_strdup(value);
@@ -725,7 +725,7 @@ static void hv_disk_class_init(ObjectClass *klass, void *data)
     dc->hotpluggable = true;
     device_class_set_props(dc, hv_disk_props);
     set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
-    object_class_property_add_str(klass, "stats", hv_disk_get_stats, NULL);
+    object_class_property_add(klass, "stats", "any", hv_disk_get_stats, NULL, NULL, NULL);
     object_class_property_add_str(klass, "fault", hv_disk_get_fault, hv_disk_set_fault);
     object_class_property_add(klass, "capacity", "size", hv_disk_get_capacity,
                               hv_disk_set_capacity, NULL, NULL);
@@ -797,7 +797,7 @@ static void hv_scsi_bus_class_init(ObjectClass *klass, void *data)
 static const TypeInfo hv_storvsc_types[] = {
     {
         .name = TYPE_HV_STORVSC,
-        .parent = TYPE_ISA_DEVICE,
+        .parent = TYPE_DEVICE,
         .instance_size = sizeof(HvStorvsc),
         .instance_finalize = hv_storvsc_finalize,
         .class_init = hv_storvsc_class_init,

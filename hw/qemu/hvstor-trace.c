@@ -1,8 +1,9 @@
 /*
  * What the host saw, for the user: the device model's guest-error lines go to QEMU's
- * log under LOG_GUEST_ERROR (-d guest_errors), and its trace events to QEMU's trace
- * backends as hvstor_* (-trace 'hvstor_*'; hw/i386/hvstor/trace-events). The model
- * rate-limits guest errors itself. Any thread.
+ * log under LOG_GUEST_ERROR (-d guest_errors), and its trace events, from every layer
+ * (VMBus, channels, storvsp, SCSI disks, backends, the disk model), to QEMU's trace
+ * backends as hvstor_* (-trace 'hvstor_*'; hw/i386/hvstor/trace-events) through the
+ * model's process-wide trace hook. The model rate-limits guest errors itself. Any thread.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -29,12 +30,13 @@ static void host_guest_error(void *opaque, const char *line)
 #define HV_ARGS_3(a) a[0], a[1], a[2]
 #define HV_ARGS_4(a) a[0], a[1], a[2], a[3]
 #define HV_ARGS_5(a) a[0], a[1], a[2], a[3], a[4]
+#define HV_ARGS_6(a) a[0], a[1], a[2], a[3], a[4], a[5]
 #define HV_TRACE_CASE(name, nargs) \
     case HVSTOR_TRACE_##name:      \
         trace_hvstor_##name(HV_ARGS_##nargs(args)); \
         break;
 
-static void host_trace(void *opaque, uint32_t event, const uint64_t *args)
+static void host_trace(uint32_t event, const uint64_t *args)
 {
     (void)args;
     switch (event) {
@@ -47,5 +49,6 @@ static void host_trace(void *opaque, uint32_t event, const uint64_t *args)
 void hv_host_log_ops(HvstorHostOps *ops)
 {
     ops->guest_error = host_guest_error;
-    ops->trace = host_trace;
+    /* Process-wide: every VMBus sets the same hook. */
+    hvstor_set_trace_hook(host_trace);
 }

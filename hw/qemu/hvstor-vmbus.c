@@ -11,6 +11,7 @@
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qapi/error.h"
+#include "qapi/visitor.h"
 #include "exec/memory.h"
 #include "hw/boards.h"
 #include "hw/isa/isa.h"
@@ -30,9 +31,22 @@
 #include "hvstor/capi.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(HvVmbusBridge, HV_VMBUS_BRIDGE)
+OBJECT_DECLARE_SIMPLE_TYPE(HvVmbusBus, HV_VMBUS_BUS)
+
+/* The bus the bridge's VMBus devices (hv-storvsc) plug into. */
+struct HvVmbusBus {
+    BusState parent_obj;
+    unsigned next_index; /* of the next device: its default instance GUID */
+};
 
 struct HvVmbusBridge {
     ISADevice parent_obj;
+    HvVmbusBus bus;
+    /*
+     * The machine-wide CPUID and MSR hooks of QEMU's patched i386 target point here: the
+     * hooks find the bridge from them (one partition per machine, so one bridge).
+     */
+    HvstorCpuHooks cpu_hooks;
     uint32_t hypercall_port;
     char *vmbus_version;
     char *vm_perf;
@@ -42,30 +56,27 @@ struct HvVmbusBridge {
     VMChangeStateEntry *run_state;
 };
 
-/* The one partition: CPUID and MSR hooks are machine-wide. */
-static HvVmbusBridge *the_bridge;
+/* The partition whose hooks QEMU calls: hvstor_cpu_hooks is set only while a bridge is. */
+static HvstorVmbus *hooked_vmbus(void)
+{
+    return container_of(hvstor_cpu_hooks, HvVmbusBridge, cpu_hooks)->vb;
+}
 
 static void hook_cpuid(CPUX86State *env, uint32_t index, uint32_t count,
                        uint32_t *eax, uint32_t *ebx, uint32_t *ecx, uint32_t *edx)
 {
-    hvstor_cpuid(the_bridge->vb, index, count, eax, ebx, ecx, edx);
+    hvstor_cpuid(hooked_vmbus(), index, count, eax, ebx, ecx, edx);
 }
 
 static int hook_rdmsr(CPUX86State *env, uint32_t msr, uint64_t *val)
 {
-    return hvstor_rdmsr(the_bridge->vb, env_cpu(env)->cpu_index, msr, val);
+    return hvstor_rdmsr(hooked_vmbus(), env_cpu(env)->cpu_index, msr, val);
 }
 
 static int hook_wrmsr(CPUX86State *env, uint32_t msr, uint64_t val)
 {
-    return hvstor_wrmsr(the_bridge->vb, env_cpu(env)->cpu_index, msr, val);
+    return hvstor_wrmsr(hooked_vmbus(), env_cpu(env)->cpu_index, msr, val);
 }
-
-static const HvstorCpuHooks cpu_hooks = {
-    .cpuid = hook_cpuid,
-    .rdmsr = hook_rdmsr,
-    .wrmsr = hook_wrmsr,
-};
 
 /*
  * The hypercall page ends in an OUT to our port (see Partition::hypercall_stub):
@@ -104,8 +115,9 @@ static const MemoryRegionOps hypercall_port_ops = {
 static bool hv_vmbus_bridge_check(HvVmbusBridge *s, MachineState *ms,
                                   uint32_t *version, Error **errp)
 {
-    if (the_bridge) {
-        error_setg(errp, "only one hv-vmbus-bridge per machine");
+    if (hvstor_cpu_hooks) {
+        error_setg(errp, "only one hv-vmbus-bridge per machine (its Hyper-V CPUID leaves "
+                   "and MSRs are the machine's)");
         return false;
     }
     if (!tcg_enabled() && !kvm_enabled()) {
@@ -151,6 +163,7 @@ static bool hv_vmbus_bridge_create(HvVmbusBridge *s, uint32_t nr_vps, uint32_t v
         .raise_vector = hv_irq_raise,
         .poll_while_waiting = hv_vmbus_poll_main_loop,
     };
+    const char *vm_perf;
     char *err = NULL;
 
     hv_host_memory_ops(&ops);
@@ -162,8 +175,11 @@ static bool hv_vmbus_bridge_create(HvVmbusBridge *s, uint32_t nr_vps, uint32_t v
         hv_irq_cleanup(&s->irq);
         return false;
     }
-    if (s->vm_perf && *s->vm_perf && !hvstor_vmbus_set_vm_perf(s->vb, s->vm_perf, &err)) {
-        hv_model_error(errp, err, "hv-vmbus-bridge: vm-perf");
+    vm_perf = hv_settings_resolve(TYPE_HV_VM_CAPS, "vm-perf", s->vm_perf, NULL, errp);
+    if (s->vm_perf && (!vm_perf || (*vm_perf && !hvstor_vmbus_set_vm_perf(s->vb, vm_perf, &err)))) {
+        if (vm_perf) {
+            hv_model_error(errp, err, "hv-vmbus-bridge: vm-perf");
+        }
         hvstor_vmbus_free(s->vb);
         s->vb = NULL;
         hv_irq_cleanup(&s->irq);
@@ -214,17 +230,24 @@ static void hv_vmbus_bridge_realize(DeviceState *dev, Error **errp)
     memory_region_init_io(&s->io, OBJECT(dev), &hypercall_port_ops, s,
                           "hv-hypercall", 4);
     isa_register_ioport(ISA_DEVICE(dev), &s->io, s->hypercall_port);
-    the_bridge = s;
-    hvstor_cpu_hooks = &cpu_hooks;
+    s->cpu_hooks = (HvstorCpuHooks) {
+        .cpuid = hook_cpuid,
+        .rdmsr = hook_rdmsr,
+        .wrmsr = hook_wrmsr,
+    };
+    hvstor_cpu_hooks = &s->cpu_hooks;
 #ifdef CONFIG_KVM
     if (kvm_enabled() && !hv_kvm_init(s->vb, errp)) {
         qemu_del_vm_change_state_handler(s->run_state);
         s->run_state = NULL;
         hvstor_cpu_hooks = NULL;
-        the_bridge = NULL;
         return;
     }
 #endif
+    /* "vmbus": where -device hv-storvsc plugs in (bus=vmbus, or found by its type). */
+    qbus_init(&s->bus, sizeof(s->bus), TYPE_HV_VMBUS_BUS, dev, "vmbus");
+    /* A fixed QOM path for QMP, whatever the bridge's id: /machine/hv-vmbus. */
+    object_property_add_const_link(qdev_get_machine(), "hv-vmbus", OBJECT(dev));
 }
 
 static void hv_vmbus_bridge_reset(DeviceState *dev)
@@ -257,9 +280,9 @@ static const HvPropDoc hv_vmbus_bridge_docs[] = {
     { "hypercall-port", "I/O port the hypercall page's OUT traps through (0xb48 = 2888)" },
     { "vmbus-version", "newest VMBus protocol version offered to the guest: 5.3, 5.2, 5.1, "
                        "5.0, 4.1, 4.0, 3.0, 2.4 (default 5.3)" },
-    { "vm-perf", "VM-level caps the modelled disks share, e.g. profile=Standard_F32s_v2 "
-                 "(docs/perf-model.md)" },
-    { "stats", "JSON statistics of the partition and the VMBus server (read-only)" },
+    { "vm-perf", "VM-level caps the modelled disks share: the id of an -object hv-vm-caps, "
+                 "or its settings as text, e.g. profile=Standard_F32s_v2 (docs/perf-model.md)" },
+    { "stats", "statistics of the partition and the VMBus server, a JSON object (read-only)" },
     { NULL }
 };
 
@@ -278,20 +301,14 @@ static void hv_vmbus_bridge_init(Object *obj)
     s->vmbus_version = g_strdup("5.3");
 }
 
-/* Live statistics (JSON) for QMP: qom-get path=/machine/hv-vmbus property=stats */
-static char *hv_vmbus_bridge_get_stats(Object *obj, Error **errp)
+/* Live statistics for QMP, a JSON object: qom-get path=/machine/hv-vmbus property=stats */
+static void hv_vmbus_bridge_get_stats(Object *obj, Visitor *v, const char *name, void *opaque,
+                                      Error **errp)
 {
     HvVmbusBridge *s = HV_VMBUS_BRIDGE(obj);
-    char *json, *copy;
 
-    json = s->vb ? hvstor_vmbus_stats_json(s->vb) : NULL;
-    if (!json) {
-        error_setg(errp, "hv-vmbus-bridge: statistics unavailable");
-        return NULL;
-    }
-    copy = g_strdup(json);
-    free(json);
-    return copy;
+    hv_visit_stats(v, name, s->vb ? hvstor_vmbus_stats_json(s->vb) : NULL, "hv-vmbus-bridge",
+                   errp);
 }
 
 /*
@@ -317,7 +334,7 @@ static void hv_vmbus_bridge_class_init(ObjectClass *klass, void *data)
     dc->vmsd = &hv_vmbus_bridge_vmstate;
     set_bit(DEVICE_CATEGORY_BRIDGE, dc->categories);
     adevc->build_dev_aml = hv_vmbus_bridge_build_aml;
-    object_class_property_add_str(klass, "stats", hv_vmbus_bridge_get_stats, NULL);
+    object_class_property_add(klass, "stats", "any", hv_vmbus_bridge_get_stats, NULL, NULL, NULL);
     hv_describe_props(klass, hv_vmbus_bridge_docs);
 }
 
@@ -333,32 +350,25 @@ static const TypeInfo hv_vmbus_bridge_info = {
     },
 };
 
+static const TypeInfo hv_vmbus_bus_info = {
+    .name = TYPE_HV_VMBUS_BUS,
+    .parent = TYPE_BUS,
+    .instance_size = sizeof(HvVmbusBus),
+};
+
 static void hv_vmbus_register_types(void)
 {
     hv_host_thread_hooks(); /* only stores two pointers: nothing runs yet */
     type_register_static(&hv_vmbus_bridge_info);
+    type_register_static(&hv_vmbus_bus_info);
 }
 
 type_init(hv_vmbus_register_types)
 
-HvstorVmbus *hv_vmbus_bridge_get(Error **errp)
+HvstorVmbus *hv_vmbus_bus_vmbus(BusState *bus, unsigned *index)
 {
-    ISABus *isa;
-    ISADevice *dev;
+    HvVmbusBus *b = HV_VMBUS_BUS(bus);
 
-    if (the_bridge) {
-        return the_bridge->vb;
-    }
-    isa = ISA_BUS(object_resolve_path_type("", TYPE_ISA_BUS, NULL));
-    if (!isa) {
-        error_setg(errp, "no ISA bus for the VMBus bridge (use -machine q35 or pc)");
-        return NULL;
-    }
-    dev = isa_new(TYPE_HV_VMBUS_BRIDGE);
-    /* A fixed QOM path for QMP: /machine/hv-vmbus. */
-    object_property_add_child(qdev_get_machine(), "hv-vmbus", OBJECT(dev));
-    if (!isa_realize_and_unref(dev, isa, errp)) {
-        return NULL;
-    }
-    return the_bridge->vb;
+    *index = b->next_index++;
+    return HV_VMBUS_BRIDGE(bus->parent)->vb;
 }

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "fault_injector.h"
+#include "hvstor/trace.h"
 #include "target.h"
 
 namespace hvstor::scsi {
@@ -31,7 +32,51 @@ Kind kind_of(uint8_t opcode) {
     }
 }
 
-void deliver(Command& cmd, DiskStats& stats, CommandSink& sink) {
+// hvstor_scsi_command: the LBA and length of the commands that address blocks (the length
+// in blocks), the transfer length in bytes for the others.
+void trace_command(const Command& cmd, const DiskConfig& cfg) {
+    if (!tracing()) return;
+    const uint8_t* c = cmd.cdb.data();
+    uint64_t lba = 0, len = cmd.xfer_len;
+    switch (c[0]) {
+    case detail::op::kRead6:
+    case detail::op::kWrite6:
+        lba = (c[1] & 0x1Fu) << 16 | c[2] << 8 | c[3];
+        len = c[4] == 0 ? 256 : c[4];
+        break;
+    case detail::op::kRead10:
+    case detail::op::kWrite10:
+    case detail::op::kVerify10:
+    case detail::op::kWriteSame10:
+        lba = detail::get32(&c[2]);
+        len = detail::get16(&c[7]);
+        break;
+    case detail::op::kRead12:
+    case detail::op::kWrite12:
+        lba = detail::get32(&c[2]);
+        len = detail::get32(&c[6]);
+        break;
+    case detail::op::kRead16:
+    case detail::op::kWrite16:
+    case detail::op::kVerify16:
+    case detail::op::kWriteSame16:
+        lba = detail::get64(&c[2]);
+        len = detail::get32(&c[10]);
+        break;
+    default:
+        break;
+    }
+    trace<HVSTOR_TRACE_scsi_command>(cfg.trace_id, cfg.lun, c[0], lba, len);
+}
+
+// hvstor_scsi_status: the disk's own answer (fixed-format sense: key, ASC, ASCQ).
+void trace_status(const Command& cmd, uint32_t id) {
+    const bool sense = cmd.sense_len >= 14;
+    trace<HVSTOR_TRACE_scsi_status>(id, cmd.cdb[0], cmd.status, sense ? cmd.sense[2] & 0xF : 0,
+                                    sense ? cmd.sense[12] : 0, sense ? cmd.sense[13] : 0);
+}
+
+void deliver(Command& cmd, DiskStats& stats, CommandSink& sink, uint32_t trace_id) {
     const bool ok = cmd.status == kStatusGood;
     // A fault's answer replaces a command's own only where the command did not fail on the
     // disk: bytes reported as transferred must have been.
@@ -53,6 +98,7 @@ void deliver(Command& cmd, DiskStats& stats, CommandSink& sink) {
         break;
     }
     if (cmd.status == kStatusCheckCondition) stats.errors.fetch_add(1, std::memory_order_relaxed);
+    trace_status(cmd, trace_id);
     sink.command_done(&cmd);
 }
 
@@ -129,13 +175,14 @@ void Disk::submit(std::span<Command* const> cmds) {
     size_t n = 0;
     for (Command* cmd : cmds) {
         cmd->transport = {};
+        trace_command(*cmd, cfg_);
         if (report_capacity_change(*cmd)) {
-            deliver(*cmd, stats_, sink_);
+            deliver(*cmd, stats_, sink_, cfg_.trace_id);
             continue;
         }
         switch (faults_->check(*cmd)) {
         case detail::FaultInjector::Verdict::Answered:
-            deliver(*cmd, stats_, sink_);
+            deliver(*cmd, stats_, sink_, cfg_.trace_id);
             continue;
         case detail::FaultInjector::Verdict::Held:
             continue;
@@ -144,7 +191,7 @@ void Disk::submit(std::span<Command* const> cmds) {
         }
         switch (detail::start_command(*cmd, t)) {
         case detail::Started::Answered:
-            deliver(*cmd, stats_, sink_);
+            deliver(*cmd, stats_, sink_, cfg_.trace_id);
             break;
         case detail::Started::Issued:
             cmd->be_req.queue = cmd->queue;
@@ -165,7 +212,7 @@ void Disk::start_now(Command* cmd) {
     const detail::Target t = target();
     switch (detail::start_command(*cmd, t)) {
     case detail::Started::Answered:
-        deliver(*cmd, stats_, sink_);
+        deliver(*cmd, stats_, sink_, cfg_.trace_id);
         break;
     case detail::Started::Issued: {
         cmd->be_req.queue = cmd->queue;
@@ -181,7 +228,7 @@ void Disk::start_now(Command* cmd) {
 void Disk::complete(backend::Request* req) {
     auto* cmd = static_cast<Command*>(req->opaque);
     detail::finish_command(*cmd, *req);
-    deliver(*cmd, stats_, sink_);
+    deliver(*cmd, stats_, sink_, cfg_.trace_id);
 }
 
 } // namespace hvstor::scsi

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "hvstor/trace.h"
 #include "queue.h"
 
 namespace hvstor::storvsp {
@@ -332,7 +333,7 @@ uint16_t Controller::create_subchannels(uint16_t n) {
         offered++;
         subchannels_offered_++;
     }
-    trace<HVSTOR_TRACE_storvsp_subchannels>(host_, n, offered);
+    trace<HVSTOR_TRACE_storvsp_subchannels>(n, offered);
     return offered;
 }
 

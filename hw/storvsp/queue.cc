@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "hvstor/thread.h"
+#include "hvstor/trace.h"
 
 namespace hvstor::storvsp {
 
@@ -212,10 +213,10 @@ void Queue::send_notices(vmbus::ChannelRuntime& ch) {
         }
         if (enumerate) {
             enumerate_sent_.inc();
-            trace<HVSTOR_TRACE_storvsp_enumerate>(ctl_.host_, ch.relid());
+            trace<HVSTOR_TRACE_storvsp_enumerate>(ch.relid());
         } else {
             remove_device_sent_.inc();
-            trace<HVSTOR_TRACE_storvsp_remove_device>(ctl_.host_, ch.relid());
+            trace<HVSTOR_TRACE_storvsp_remove_device>(ch.relid());
         }
     }
 }
@@ -272,7 +273,7 @@ bool Queue::can_accept(vmbus::ChannelRuntime& ch) {
         if (!pool_exhausted_) { // counted once per episode, not per look at the ring
             pool_exhausted_ = true;
             busy_.inc();
-            trace<HVSTOR_TRACE_storvsp_srb_busy>(ctl_.host_, ch.relid(), outstanding_);
+            trace<HVSTOR_TRACE_storvsp_srb_busy>(ch.relid(), outstanding_);
         }
         return false;
     }
@@ -460,12 +461,12 @@ void Queue::reset(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, 
     // kept while it is held (owed()).
     held_resets_.push_back({trans_id, p, len});
     resets_held_seen_.store(uint32_t(held_resets_.size()), std::memory_order_relaxed);
-    trace<HVSTOR_TRACE_storvsp_reset_held>(ctl_.host_, ch.relid(), p.operation);
+    trace<HVSTOR_TRACE_storvsp_reset_held>(ch.relid(), p.operation);
 }
 
 void Queue::answer_control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len,
                            uint32_t status) {
-    trace<HVSTOR_TRACE_storvsp_control>(ctl_.host_, ch.relid(), p.operation, status);
+    trace<HVSTOR_TRACE_storvsp_control>(ch.relid(), p.operation, status);
     p.operation = static_cast<uint32_t>(Operation::CompleteIo);
     p.status = status;
     reply(ch, trans_id, p, len);
@@ -563,7 +564,7 @@ void Queue::unmap(IoContext& ctx) {
 void Queue::execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
                               const VstorPacket& p, uint32_t len) {
     srbs_.inc();
-    trace<HVSTOR_TRACE_storvsp_srb_submit>(ctl_.host_, ch.relid(), d.trans_id, p.srb.lun, p.srb.cdb_or_sense[0],
+    trace<HVSTOR_TRACE_storvsp_srb_submit>(ch.relid(), d.trans_id, p.srb.lun, p.srb.cdb_or_sense[0],
                                            p.srb.data_transfer_length);
     if (!ctl_.ready_) {
         // Requests before the handshake finished.
@@ -721,7 +722,7 @@ bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
     if (!reply(ch, ctx.trans_id, r, ctx.req_len)) return false;
     completions_.inc();
     if (srb.srb_status != kSrbSuccess) srb_errors_.inc();
-    trace<HVSTOR_TRACE_storvsp_srb_complete>(ctl_.host_, ch.relid(), ctx.trans_id, srb.srb_status, srb.scsi_status,
+    trace<HVSTOR_TRACE_storvsp_srb_complete>(ch.relid(), ctx.trans_id, srb.srb_status, srb.scsi_status,
                                              srb.data_transfer_length);
     return true;
 }

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "hvstor/thread.h"
+#include "hvstor/trace.h"
 
 namespace hvstor::vmbus {
 
@@ -183,7 +184,7 @@ bool ChannelRuntime::send(PacketType type, uint16_t flags, uint64_t trans_id, st
     if (!out_.write(type, flags, trans_id, payload)) {
         if (out_.corrupt() && !broken_) {
             broken_ = true;
-            trace<HVSTOR_TRACE_channel_stopped>(host_, relid_);
+            trace<HVSTOR_TRACE_channel_stopped>(relid_);
             log_("host-to-guest ring: impossible read index; the channel stops");
         }
         return false;
@@ -201,7 +202,7 @@ bool ChannelRuntime::reserve_out(uint32_t bytes) {
         return true;
     }
     stats_.ring_full_waits++;
-    trace<HVSTOR_TRACE_channel_ring_full>(host_, relid_, bytes, out_.free_bytes());
+    trace<HVSTOR_TRACE_channel_ring_full>(relid_, bytes, out_.free_bytes());
     out_.set_pending_send_sz(bytes);
     waiting_room_ = true;
     // The guest may have made room before it could see the request.
@@ -228,7 +229,7 @@ bool ChannelRuntime::pump(uint32_t budget, bool inline_round) {
             // Indices or a descriptor the guest could not have written honestly: stop
             // reading this ring rather than guess.
             broken_ = true;
-            trace<HVSTOR_TRACE_channel_stopped>(host_, relid_);
+            trace<HVSTOR_TRACE_channel_stopped>(relid_);
             log_("guest-to-host ring: impossible write index or packet descriptor (type %u offset8 %u len8 %u; "
                  "packets of at most %u bytes); the channel stops",
                  unsigned(d.type), unsigned(d.offset8), unsigned(d.len8), opt_.max_packet);

@@ -5,6 +5,8 @@
 #include <cstdarg>
 #include <cstring>
 
+#include "hvstor/trace.h"
+
 namespace hvstor::vmbus {
 
 using hv::Status;
@@ -71,7 +73,7 @@ uint32_t Server::offer(const OfferInfo& offer) {
         *slot = std::move(ch);
         sending_locked(out);
     }
-    trace<HVSTOR_TRACE_vmbus_offer>(host(), relid, offer.subchannel_index);
+    trace<HVSTOR_TRACE_vmbus_offer>(relid, offer.subchannel_index);
     flush(out);
     return relid;
 }
@@ -88,7 +90,7 @@ bool Server::rescind(uint32_t relid) {
         std::lock_guard lock(mu_);
         Offer* ch = find(relid);
         if (!ch) return false;
-        trace<HVSTOR_TRACE_vmbus_rescind>(host(), relid);
+        trace<HVSTOR_TRACE_vmbus_rescind>(relid);
         close_locked(*ch);
         if (version_ != 0 && ch->offered) {
             RescindOffer r{};
@@ -107,7 +109,7 @@ bool Server::rescind(uint32_t relid) {
 }
 
 void Server::close_locked(Offer& ch) {
-    if (ch.open) trace<HVSTOR_TRACE_vmbus_close>(host(), ch.relid);
+    if (ch.open) trace<HVSTOR_TRACE_vmbus_close>(ch.relid);
     if (ch.open && ch.info.handler) {
         const uint64_t token = ++next_close_token_;
         closes_[token] = {ch.info.handler, ch.relid, ch.ring_gpadl};
@@ -212,7 +214,7 @@ ServerStats Server::stats() const {
 }
 
 void Server::reset() {
-    trace<HVSTOR_TRACE_vmbus_reset>(host());
+    trace<HVSTOR_TRACE_vmbus_reset>();
     {
         std::lock_guard lock(mu_);
         drop_connection_locked();
@@ -264,7 +266,7 @@ void Server::flush(const Outbox& out) {
         for (const auto& o : out) {
             uint32_t type = 0;
             std::memcpy(&type, o.bytes.data(), std::min(o.bytes.size(), sizeof type));
-            trace<HVSTOR_TRACE_vmbus_msg_out>(host(), o.vp, type, o.bytes.size());
+            trace<HVSTOR_TRACE_vmbus_msg_out>(o.vp, type, o.bytes.size());
             sent += synic_.post_message(o.vp, o.sint, kHvMessageTypeVmbus, o.bytes);
         }
     } catch (...) {
@@ -288,7 +290,7 @@ Status Server::on_post_message(uint32_t vp, uint32_t connection_id, uint32_t mes
     }
     MsgHeader hdr;
     parse(payload, hdr);
-    trace<HVSTOR_TRACE_vmbus_msg_in>(host(), vp, hdr.msgtype, payload.size());
+    trace<HVSTOR_TRACE_vmbus_msg_in>(vp, hdr.msgtype, payload.size());
     Outbox out;
     Status st;
     {
@@ -354,7 +356,7 @@ Status Server::initiate_contact(uint32_t connection_id, std::span<const uint8_t>
         sint_ = sint;
         resp.version_supported = 1;
         resp.msg_conn_id = ver >= version::kV5_0 ? kMessageConnectionId : 0;
-        trace<HVSTOR_TRACE_vmbus_connect>(host(), ver, req.target_vcpu, sint);
+        trace<HVSTOR_TRACE_vmbus_connect>(ver, req.target_vcpu, sint);
     }
     queue_to(out, req.target_vcpu, sint, resp);
     return Status::Success;
@@ -415,7 +417,7 @@ void Server::fail_gpadl(Gpadl& g, Outbox& out) {
 
 void Server::finish_gpadl(Gpadl& g, Outbox& out) {
     if (ranges_consistent(g)) {
-        trace<HVSTOR_TRACE_vmbus_gpadl_create>(host(), g.child_relid, g.id, g.expected_pfns);
+        trace<HVSTOR_TRACE_vmbus_gpadl_create>(g.child_relid, g.id, g.expected_pfns);
         answer_gpadl(g.child_relid, g.id, kStatusSuccess, out);
     } else {
         fail_gpadl(g, out);
@@ -482,7 +484,7 @@ void Server::gpadl_teardown(std::span<const uint8_t> m, Outbox& out) {
         return;
     }
     if (auto g = gpadls_.find(t.gpadl); g != gpadls_.end()) {
-        trace<HVSTOR_TRACE_vmbus_gpadl_teardown>(host(), g->second.child_relid, t.gpadl);
+        trace<HVSTOR_TRACE_vmbus_gpadl_teardown>(g->second.child_relid, t.gpadl);
         if (g->second.torn_down) {
             bad("GPADL_TEARDOWN of gpadl %u, already being torn down", t.gpadl);
             return; // its answer is still to come
@@ -515,8 +517,8 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
     r.child_relid = req.child_relid;
     r.openid = req.openid;
     r.status = kStatusInvalidParameter;
-    trace<HVSTOR_TRACE_vmbus_open>(host(), req.child_relid, req.ringbuffer_gpadlhandle,
-                                   req.downstream_ringbuffer_pageoffset, req.target_vp);
+    trace<HVSTOR_TRACE_vmbus_open>(req.child_relid, req.ringbuffer_gpadlhandle, req.downstream_ringbuffer_pageoffset,
+                                   req.target_vp);
 
     Offer* ch = find(req.child_relid);
     auto g = gpadls_.find(req.ringbuffer_gpadlhandle);
@@ -548,7 +550,7 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
             ch->ring_gpadl = req.ringbuffer_gpadlhandle;
         }
     }
-    trace<HVSTOR_TRACE_vmbus_open_result>(host(), req.child_relid, r.status);
+    trace<HVSTOR_TRACE_vmbus_open_result>(req.child_relid, r.status);
     queue(out, r);
 }
 
@@ -597,7 +599,7 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
     Offer* ch = find(req.child_relid);
     const bool ok = ch && ch->open && req.target_vp < synic_.nr_vps();
     if (ok) {
-        trace<HVSTOR_TRACE_vmbus_target_vp>(host(), ch->relid, req.target_vp);
+        trace<HVSTOR_TRACE_vmbus_target_vp>(ch->relid, req.target_vp);
         ch->target_vp = req.target_vp;
         if (ch->info.handler) ch->info.handler->on_target_vp(ch->relid, req.target_vp);
     } else {
@@ -615,7 +617,7 @@ void Server::modify_channel(std::span<const uint8_t> m, Outbox& out) {
 }
 
 void Server::unload(Outbox& out) {
-    trace<HVSTOR_TRACE_vmbus_unload>(host());
+    trace<HVSTOR_TRACE_vmbus_unload>();
     drop_connection_locked();
     // The guest reuses its ring pages once answered: not before every device stopped.
     if (closes_in_progress_) unload_owed_ = true;

@@ -70,7 +70,7 @@ class Guest:
     cpu: str = "max"
     controllers: List[Controller] = field(default_factory=lambda: [Controller("scsi0")])
     disks: List[Disk] = field(default_factory=list)
-    bridge: Optional[Props] = None       # hv-vmbus-bridge properties, when it is given
+    bridge: Optional[Props] = None       # hv-vmbus-bridge properties (given with any controller)
     objects: List[Props] = field(default_factory=list)    # -object, JSON (qom-type, id)
     blockdevs: List[Props] = field(default_factory=list)  # -blockdev, JSON
     devices: List[Device] = field(default_factory=list)   # after ours
@@ -206,21 +206,32 @@ class Guest:
         return len(self.disks) if self.wait_disks is None else self.wait_disks
 
     def device_args(self) -> List[str]:
-        """-object, -blockdev and -device arguments for everything the guest has."""
-        args: List[str] = []
-        for o in self.objects:
-            args += ["-object", json.dumps(o)]
-        for b in self.blockdevs:
-            args += ["-blockdev", json.dumps(b)]
+        """-object, -blockdev and -device arguments for everything the guest has. The
+        bridge comes first (the controllers plug into its bus); settings given as text
+        (perf, vm-perf, fault) go as -object hv-disk-model, hv-vm-caps and hv-fault that
+        the devices name by id, one object per device."""
+        objects: List[Props] = list(self.objects)
         devs: List[Props] = []
-        if self.bridge is not None:
-            devs.append({"driver": "hv-vmbus-bridge", **self.bridge})
+        # Only with a controller or when asked for: a guest without one (a control arm on
+        # virtio-scsi or scsi_debug) must not see a Hyper-V partition.
+        if self.controllers or self.bridge is not None:
+            devs.append({"driver": "hv-vmbus-bridge",
+                         **_as_object(dict(self.bridge or {}), "vm-perf", "hv-vm-caps", "vm-caps", objects)})
         for c in self.controllers:
             devs.append({"driver": "hv-storvsc", "id": c.id, **c.props})
         for d in self.placed_disks():
-            bus = f"{self.controllers[d.controller].id}.0"
-            devs.append({"driver": "hv-disk", "bus": bus, "lun": d.lun if d.lun is not None else 0, **d.props})
+            ctl = self.controllers[d.controller].id
+            lun = d.lun if d.lun is not None else 0
+            name = str(d.props.get("id", f"{ctl}-lun{lun}"))
+            props = _as_object(dict(d.props), "perf", "hv-disk-model", f"{name}-model", objects)
+            props = _as_object(props, "fault", "hv-fault", f"{name}-fault", objects)
+            devs.append({"driver": "hv-disk", "bus": f"{ctl}.0", "lun": lun, **props})
         devs += [{"driver": d.driver, **d.props} for d in self.devices]
+        args: List[str] = []
+        for o in objects:
+            args += ["-object", json.dumps(o)]
+        for b in self.blockdevs:
+            args += ["-blockdev", json.dumps(b)]
         # QEMU creates JSON devices after all others: once one needs JSON, all go as JSON
         # so that controllers still come before their disks.
         as_json = any(isinstance(v, (list, dict)) for dev in devs for v in dev.values())
@@ -247,6 +258,25 @@ class Guest:
         if self.resume_lun is not None:
             words.append(f"hvstor.resume={self.resume_lun}")
         return " ".join(words + self.append)
+
+
+def _as_object(props: Props, key: str, qom_type: str, obj_id: str, objects: List[Props]) -> Props:
+    """props with props[key], settings as text ("profile=premium-p10,burst=off"), moved to an
+    -object of qom_type appended to objects and named by its id. A value that is no text of
+    settings (an id already, "none") stays as it is. The object's properties are the text's
+    settings with '.' written '-' (latency.read: latency-read), each a string."""
+    text = props.get(key)
+    if not isinstance(text, str) or "=" not in text:
+        return props
+    obj: Props = {"qom-type": qom_type, "id": obj_id}
+    for item in split_opts(text):
+        k, eq, v = item.partition("=")
+        if not eq or not k:
+            raise GuestError(f"{key}: expected NAME=VALUE items, got '{item}' in '{text}'")
+        obj[k.replace(".", "-")] = v
+    objects.append(obj)
+    props[key] = obj_id
+    return props
 
 
 def _check_props(what: str, props: Mapping[str, PropValue]) -> None:

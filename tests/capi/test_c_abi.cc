@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "fake_host.h"
 #include "guard.h"
@@ -64,12 +65,22 @@ struct TestHost {
         o.unmap = [](void* p, void* ptr, size_t len, bool written) { of(p).ram.unmap(ptr, len, written); };
         o.raise_vector = [](void* p, uint32_t vp, uint8_t vector) { of(p).ram.raise_vector(vp, vector); };
         o.guest_error = [](void* p, const char* line) { of(p).ram.guest_error(line); };
-        o.trace = [](void* p, uint32_t ev, const uint64_t* args) {
-            of(p).ram.trace(static_cast<HvstorTraceEvent>(ev), args);
-        };
         return o;
     }
 };
+
+// A trace hook as the glue sets one (hvstor_set_trace_hook): the offers it was handed.
+std::mutex hooked_mu;
+std::vector<std::vector<uint64_t>> hooked_offers;
+void hook_offers(uint32_t event, const uint64_t* args) {
+    if (event != HVSTOR_TRACE_vmbus_offer) return;
+    std::lock_guard lock(hooked_mu);
+    hooked_offers.push_back({args[0], args[1]});
+}
+std::vector<std::vector<uint64_t>> offers_hooked() {
+    std::lock_guard lock(hooked_mu);
+    return hooked_offers;
+}
 
 // What a block of code writes to stderr (fd 2), for the one-line reports of the barrier.
 class StderrCapture {
@@ -507,9 +518,11 @@ TEST_F(CAbiTest, StatsJsonEscapesTheName) {
 }
 
 // What qom-get of hv-storvsc's and the bridge's "stats" returns, before the guest connects;
-// the offer reached the glue's trace operation.
+// the offer reached the glue's trace hook, and none after the hook was taken away.
 TEST_F(CAbiTest, ControllerAndBusStatsAsJson) {
+    hvstor_set_trace_hook(hook_offers);
     HvstorController* c = controller();
+    hvstor_set_trace_hook(nullptr);
     char* json = hvstor_controller_stats_json(c);
     ASSERT_NE(json, nullptr);
     EXPECT_STREQ(json, R"({"srbs":0,"completions":0,"srb_errors":0,"bad_packets":0,"subchannels_offered":0,)"
@@ -528,7 +541,12 @@ TEST_F(CAbiTest, ControllerAndBusStatsAsJson) {
     std::free(json);
     EXPECT_EQ(hvstor_controller_stats_json(nullptr), nullptr);
     EXPECT_EQ(hvstor_vmbus_stats_json(nullptr), nullptr);
-    EXPECT_EQ(host.ram.traced(HVSTOR_TRACE_vmbus_offer), (std::vector<std::vector<uint64_t>>{{1, 0}}));
+    EXPECT_EQ(offers_hooked(), (std::vector<std::vector<uint64_t>>{{1, 0}}));
+    // Off: a second controller's offer reaches no hook.
+    char* err = nullptr;
+    const uint8_t other[16] = {1};
+    ASSERT_NE(hvstor_controller_new(vb, other, &kController, &err), nullptr) << take(err);
+    EXPECT_EQ(offers_hooked().size(), 1u);
 }
 
 TEST_F(CAbiTest, ModelledDiskStatsComeFromTheModel) {

@@ -246,6 +246,40 @@ TEST_F(DiskFactoryTest, PerfDiskReportsModelStats) {
     EXPECT_EQ(json.find(R"("model":false)"), std::string::npos) << json;
 }
 
+// Each disk gets a trace id of its own (hvstor/trace_events.h), the same in every layer: the
+// model and the storage under it, behind a read-only view, trace a request with it.
+TEST_F(DiskFactoryTest, EachDiskHasOneTraceIdInEveryLayer) {
+    perf::VirtualClock clock;
+    auto plain = DiskFactory().attach(ctl(), ram(1 << 20));
+    DiskSpec s = ram(1 << 20, 1);
+    s.perf = "iops=1000";
+    s.read_only = true;
+    auto modelled = DiskFactory(nullptr, &clock).attach(ctl(), s);
+    ASSERT_NE(modelled->model(), nullptr);
+    const uint64_t id = modelled->backend().trace_id();
+    EXPECT_NE(plain->backend().trace_id(), 0u);
+    EXPECT_NE(id, 0u);
+    EXPECT_NE(id, plain->backend().trace_id());
+    EXPECT_EQ(modelled->model()->inner().trace_id(), id);
+
+    hvstor::test::TraceCapture trace;
+    std::vector<uint8_t> buf(4096);
+    iovec iov{buf.data(), buf.size()};
+    Sink sink;
+    backend::Request r;
+    r.length = 4096;
+    r.iov = &iov;
+    r.iovcnt = 1;
+    r.done = &sink;
+    backend::Request* one[] = {&r};
+    modelled->backend().submit(one);
+    modelled->backend().drain();
+    EXPECT_EQ(sink.results, std::vector<int>{0});
+    EXPECT_EQ(trace.traced(HVSTOR_TRACE_perf_queued), (std::vector<std::vector<uint64_t>>{{id, 0}}));
+    EXPECT_EQ(trace.traced(HVSTOR_TRACE_backend_submit), (std::vector<std::vector<uint64_t>>{{id, 0, 0, 4096}}));
+    EXPECT_EQ(trace.traced(HVSTOR_TRACE_backend_complete), (std::vector<std::vector<uint64_t>>{{id, 0, 0}}));
+}
+
 TEST_F(DiskFactoryTest, BadPerfSettingsAreNamed) {
     DiskSpec s = ram(4096);
     s.perf = "iops=lots";

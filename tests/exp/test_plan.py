@@ -32,21 +32,37 @@ def test_durations_and_fixed_latency() -> None:
 def test_hv_devices_scale_and_escape() -> None:
     p = make(spec_text(exp_extra="time-scale = 8\nvm-perf = profile=Standard_D16s_v3\nstorvsc = outstanding=128"))
     devs = devices(p, "stock")
-    assert devs[1] == "hv-vmbus-bridge,vm-perf=profile=Standard_D16s_v3,,time-scale=8"
-    assert devs[3] == "hv-storvsc,id=scsi0,outstanding=128"
-    assert devs[5] == "hv-disk,bus=scsi0.0,lun=0,id=disk0,backend=null,size=4G"
+    # The VM's caps go as an object the bridge names; the bridge before the controller.
+    assert devs[:2] == ["-object", '{"qom-type": "hv-vm-caps", "id": "vm-caps", '
+                        '"profile": "Standard_D16s_v3", "time-scale": "8"}']
+    assert devs[3] == "hv-vmbus-bridge,vm-perf=vm-caps"
+    assert devs[5] == "hv-storvsc,id=scsi0,outstanding=128"
+    assert devs[7] == "hv-disk,bus=scsi0.0,lun=0,id=disk0,backend=null,size=4G"
     assert p.eff_scale == 8 and p.variants["stock"].wait_disks == 1
+
+
+def test_perf_and_fault_go_as_objects() -> None:
+    g = make(spec_text()).guest("stock", "/run")
+    g.disks[0].props.update({"perf": "profile=premium-p10,latency.read=2ms,timeline=/a,,b", "fault": "error=busy"})
+    devs = g.device_args()
+    assert devs[:4] == ["-object", '{"qom-type": "hv-disk-model", "id": "disk0-model", "profile": "premium-p10", '
+                        '"latency-read": "2ms", "timeline": "/a,b"}',
+                        "-object", '{"qom-type": "hv-fault", "id": "disk0-fault", "error": "busy"}']
+    assert devs[-1] == "hv-disk,bus=scsi0.0,lun=0,id=disk0,backend=null,size=4G,perf=disk0-model,fault=disk0-fault"
+    # An id or "none" stays as it is.
+    g.disks[0].props.update({"perf": "p10", "fault": "none"})
+    assert g.device_args()[-1].endswith("perf=p10,fault=none")
 
 
 def test_variant_storvsc_replaces_the_experiments() -> None:
     p = make(spec_text(exp_extra="storvsc = outstanding=128", stock_extra="storvsc = inline-rounds=off"))
-    assert devices(p, "stock")[1] == "hv-storvsc,id=scsi0,inline-rounds=off"
+    assert devices(p, "stock")[3] == "hv-storvsc,id=scsi0,inline-rounds=off"
 
 
 def test_storvsc_iothread_creates_it() -> None:
     p = make(spec_text(stock_extra="storvsc = inline-rounds=off,iothread=hvio0"))
     devs = devices(p, "stock")
-    assert devs[:4] == ["-object", '{"qom-type": "iothread", "id": "hvio0"}',
+    assert devs[:6] == ["-object", '{"qom-type": "iothread", "id": "hvio0"}', "-device", "hv-vmbus-bridge",
                         "-device", "hv-storvsc,id=scsi0,inline-rounds=off,iothread=hvio0"]
 
 

@@ -14,11 +14,10 @@ exit status 77, which meson counts as a skip, never as a pass.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -174,11 +173,14 @@ def go_on(m: Machine, lun: int, controller: str = "scsi0", dev_id: Optional[str]
           backend="null", size=1 << 20)
 
 
-def stats(m: Machine, path: str) -> Any:
-    """The JSON of qom-get PATH stats (an hv-disk, an hv-storvsc, the bus)."""
+def stats(m: Machine, path: str) -> Dict[str, Any]:
+    """qom-get PATH stats (an hv-disk, an hv-storvsc, the bus): a JSON object as QMP gives it,
+    read directly. Anything else fails the test that asked."""
     if not path.startswith("/"):
         path = "/machine/peripheral/" + path
-    return json.loads(m.qmp("qom-get", path=path, property="stats"))
+    got = m.qmp("qom-get", path=path, property="stats")
+    assert isinstance(got, dict), f"qom-get {path} stats: a JSON object expected, got {type(got).__name__}: {got!r}"
+    return got
 
 
 # --- Module builds, file checks and the project's commands, for the patched-module,
@@ -186,7 +188,6 @@ def stats(m: Machine, path: str) -> Any:
 import shutil  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
 import subprocess  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
 from dataclasses import dataclass, field  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
-from typing import Dict  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -65,3 +65,28 @@ def test_every_property_is_described(device: str, checks: Checks) -> None:
             checks.that(desc.startswith(want), f"{device}.{name}: QEMU shows it ({desc!r})")
     listed = {n for n, _ in shown}
     checks.that(not set(docs) - listed, f"every described property exists ({sorted(set(docs) - listed)} do not)")
+
+
+# The settings objects (-object TYPE,help): their properties come from the model's own list
+# of settings, with its descriptions; the schema patch must list the same (test_settings.cc).
+OBJECTS = {"hv-disk-model": ("profile", "latency-read", "time-scale"),
+           "hv-vm-caps": ("profile", "iops", "time-scale"),
+           "hv-fault": ("error", "ops", "count")}
+
+
+@pytest.mark.parametrize("qom_type", sorted(OBJECTS))
+def test_every_object_setting_is_described(qom_type: str, checks: Checks) -> None:
+    r = subprocess.run([os.environ["QEMU"], "-object", f"{qom_type},help"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=HANG_GUARD, check=False)
+    checks.that(r.returncode == 0 and r.stdout.startswith(f"{qom_type} options:"),
+                f"-object {qom_type},help answers ({r.returncode}: {r.stdout[:200]!r})")
+    shown = {}
+    for line in r.stdout.splitlines()[1:]:
+        m = re.match(r"^\s+([a-z0-9-]+)=<str>\s+- (.*)$", line)
+        checks.that(m is not None, f"{qom_type}: a string setting with a description: {line!r}")
+        if m:
+            shown[m.group(1)] = m.group(2)
+    for name in OBJECTS[qom_type]:
+        checks.that(name in shown, f"{qom_type} offers {name}")
+    for name, desc in shown.items():
+        checks.that(len(desc.split()) >= 3, f"{qom_type}.{name}: a description of a few words ({desc!r})")

@@ -34,14 +34,11 @@ typedef struct HvstorHostOps {
     void (*unmap)(void *opaque, void *ptr, size_t len, bool written);
     void (*raise_vector)(void *opaque, uint32_t vp, uint8_t vector);
     /*
-     * Optional (NULL: dropped). Any thread; neither may block.
-     * guest_error: the guest broke the protocol; one line naming the controller or bus,
-     * the channel, the field and its value (already rate-limited).
-     * trace: event `event` of enum HvstorTraceEvent with its arguments, as many as
-     * hvstor/trace_events.h lists for it.
+     * Optional (NULL: dropped). Any thread; must not block. The guest broke the protocol:
+     * one line naming the controller or bus, the channel, the field and its value (already
+     * rate-limited). Trace events go to hvstor_set_trace_hook's hook instead.
      */
     void (*guest_error)(void *opaque, const char *line);
-    void (*trace)(void *opaque, uint32_t event, const uint64_t *args);
     /*
      * Optional (NULL: nothing). Called about every millisecond by a thread waiting for
      * the model's threads (hvstor_vmbus_reset waiting for channel closes): runs what of
@@ -70,6 +67,16 @@ typedef struct HvstorVmbus HvstorVmbus;
  * line on stderr.
  */
 void hvstor_set_thread_hooks(void (*enter)(void), void (*leave)(void));
+
+/*
+ * Where the model's trace events go, process-wide (every VMBus, controller and disk):
+ * `trace` gets event `event` of enum HvstorTraceEvent with its arguments, as many as
+ * hvstor/trace_events.h lists for it. Called from any thread, with the model's locks
+ * possibly held: it must not block or call into this API. NULL: events are dropped (the
+ * default; then an event costs one atomic load). May be called at any time, again to
+ * change the hook; a thread in the middle of an event may still call the hook it replaced.
+ */
+void hvstor_set_trace_hook(void (*trace)(uint32_t event, const uint64_t *args));
 
 /* Parses "5.3" style VMBus versions; false for versions this server does not speak. */
 bool hvstor_parse_vmbus_version(const char *text, uint32_t *version);
@@ -215,6 +222,32 @@ typedef struct HvstorBlockOps {
 /* result: 0 or -errno. Exactly once per submitted request; token is invalid afterwards. */
 void hvstor_block_complete(void *token, int result);
 
+/*
+ * The settings one -object takes, by kind: "disk-model" (docs/perf-model.md), "vm-caps" (the
+ * VM-level subset of those) or "fault" (docs/fault-injection.md). One line per setting,
+ * "NAME\tMEANING", in the order the model documents them (malloc'd; free() it); NULL for
+ * another kind or when out of memory.
+ */
+char *hvstor_settings_keys(const char *kind);
+/*
+ * Checks `text` as settings of `kind` ("disk-model", "vm-caps" or "fault"), in the forms the
+ * string properties take (perf=, vm-perf=, fault=). False with a message in *err (free() it)
+ * naming the setting and what it wants.
+ */
+bool hvstor_settings_check(const char *kind, const char *text, char **err);
+
+/*
+ * A disk model several disks may share (-object hv-disk-model): each disk given it is
+ * modelled with its settings, and the disks together pass its caps as well as their own,
+ * as the members of a QEMU throttle group share the group's limits. One model object per
+ * disk gives each disk its own caps only.
+ */
+typedef struct HvstorDiskModel HvstorDiskModel;
+/* From perf= settings text. NULL with a message in *err (free() it) on bad settings. */
+HvstorDiskModel *hvstor_disk_model_new(const char *settings, char **err);
+/* The handle goes; disks made with it keep the caps they share. NULL: nothing. */
+void hvstor_disk_model_free(HvstorDiskModel *m);
+
 typedef struct HvstorDiskConfig {
     const char *backend;  /* "file", "ram", "null" or "drive" */
     const char *path;     /* file */
@@ -228,6 +261,8 @@ typedef struct HvstorDiskConfig {
      * "profile=premium-p10,time-scale=8" (docs/perf-model.md); NULL or "" for none.
      */
     const char *perf;
+    /* Or a shared model in place of perf (not both); used only while hvstor_disk_new runs. */
+    const HvstorDiskModel *model;
     const char *name;     /* for statistics and the timeline */
     /*
      * Injected fault, e.g. "error=medium,ops=read,lba=0-99" or "stall=hold,ops=write"

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "hvstor/run_gate.h"
-#include "hvstor/trace_events.h"
 
 namespace hvstor {
 
@@ -46,11 +45,6 @@ public:
     // (hvstor/guest_log.h).
     virtual void guest_error(const char* line) { (void)line; }
 
-    // Trace event `ev` with its arguments (hvstor/trace_events.h), from any thread, with
-    // device-model locks possibly held: must not block. QEMU passes it to its trace
-    // backends as hvstor_NAME. Call it through hvstor::trace<>, which checks the count.
-    virtual void trace(HvstorTraceEvent ev, const uint64_t* args) { (void)ev, (void)args; }
-
     // Called about every millisecond by a thread that waits for the device model's own
     // threads (a machine reset waiting for the channels' closes): runs, without blocking,
     // whatever of the VMM's work those threads may be waiting on. QEMU runs its main
@@ -66,18 +60,5 @@ public:
 private:
     RunGate run_gate_;
 };
-
-namespace trace_detail {
-#define HVSTOR_TRACE_NARGS(name, nargs) nargs,
-inline constexpr unsigned kArgs[] = {HVSTOR_TRACE_EVENTS(HVSTOR_TRACE_NARGS)};
-#undef HVSTOR_TRACE_NARGS
-} // namespace trace_detail
-
-// trace<HVSTOR_TRACE_storvsp_srb_submit>(host, relid, id, lun, opcode, bytes)
-template <HvstorTraceEvent E, typename... A> inline void trace(Host& host, A... args) {
-    static_assert(sizeof...(A) == trace_detail::kArgs[E], "argument count differs from hvstor/trace_events.h");
-    const uint64_t v[HVSTOR_TRACE_MAX_ARGS + 1] = {static_cast<uint64_t>(args)...};
-    host.trace(E, v);
-}
 
 } // namespace hvstor

@@ -34,6 +34,9 @@ struct Request {
     // that models a host queue serve queues fairly. Ignored by the others.
     uint16_t queue = 0;
     int result = 0;          // set before completion: 0 or -errno
+    // The disk id of the backend that took it, for its completion's trace event: set by
+    // begin_request(), whatever the submitter left there.
+    uint32_t trace_id = 0;
 };
 
 class CompletionSink {
@@ -77,7 +80,23 @@ public:
         err = describe() + ": the size cannot change (asked for " + std::to_string(bytes) + " bytes)";
         return false;
     }
+
+    // The disk id its trace events carry (hvstor/trace_events.h): 0 until whoever assembles
+    // the disk sets it, before the first submit. A backend that wraps another passes it on.
+    virtual void set_trace_id(uint32_t id) { trace_id_ = id; }
+    uint32_t trace_id() const { return trace_id_; }
+
+private:
+    uint32_t trace_id_ = 0;
 };
+
+// Where every storage backend (file, RAM, null, the glue's drive) starts and ends each
+// request it is handed, its trace events with them: begin_request() as it takes `req`,
+// before checking it (hvstor_backend_submit); end_request() to complete it: sets its result,
+// traces it (hvstor_backend_complete, and hvstor_backend_error on a failure) and tells its
+// sink. Wrappers that pass requests on (the model, a read-only view) call neither.
+void begin_request(const Backend& be, Request& req);
+void end_request(Request& req, int result);
 
 // 0 when `req` is well formed for `be` (its op, range, alignment and buffers), else what
 // every backend completes such a request with: -EINVAL, or -EROFS for a modifying op on a

@@ -86,6 +86,10 @@ struct DiskConfig {
     // disk changes size silently, and the guest learns of it only when told otherwise (a
     // fault's srb=...,sense=6/2a/09, a rescan).
     bool capacity_notice = true;
+    // For trace events only (hvstor/trace_events.h): the disk id its layers share, and the
+    // LUN it answers on.
+    uint32_t trace_id = 0;
+    uint16_t lun = 0;
 };
 
 struct DiskStats {
