@@ -12,7 +12,8 @@ namespace {
 // disks first come, first served at the VM without one disk's timer issuing another's IO.
 class VmLimitsImpl final : public VmLimits {
 public:
-    explicit VmLimitsImpl(const VmConfig& cfg) : VmLimits(cfg) {}
+    // `unit`: the bytes one accounting unit of the bandwidth bucket holds.
+    explicit VmLimitsImpl(const VmConfig& cfg, double unit = 256 * 1024) : VmLimits(cfg), unit_(unit) {}
 
     Nanos reserve(double units, double bytes, Nanos now) override {
         std::lock_guard lock(mu_);
@@ -41,28 +42,29 @@ private:
         if (started_) return;
         started_ = true;
         const Caps& c = config().caps;
-        const double unit = 256 * 1024;  // a VM has no io-unit setting: Azure's
         iops_ = detail::caps_limiter(c, c.iops, c.burst_iops, 1, now);
-        bytes_ = detail::caps_limiter(c, c.bytes_per_s, c.burst_bytes_per_s, unit, now);
+        bytes_ = detail::caps_limiter(c, c.bytes_per_s, c.burst_bytes_per_s, unit_, now);
     }
 
+    const double unit_;  // a VM has no io-unit setting: Azure's 256 KiB; a group its disks'
     std::mutex mu_;
     bool started_ = false;
     detail::Limiter iops_, bytes_;
 };
 
-// A reservation passes the first caps, then the second at the time the first lets it go.
+// A reservation passes the first caps, then the second (if any) at the time the first lets it
+// go. Its credits are the second's: the VM's; none without a VM.
 class ChainedLimits final : public VmLimits {
 public:
     ChainedLimits(std::shared_ptr<VmLimits> first, std::shared_ptr<VmLimits> then)
-        : VmLimits(then->config()), first_(std::move(first)), then_(std::move(then)) {}
+        : VmLimits(then ? then->config() : first->config()), first_(std::move(first)), then_(std::move(then)) {}
 
     Nanos reserve(double units, double bytes, Nanos now) override {
         const Nanos t = first_->reserve(units, bytes, now);
-        return t == kNever ? kNever : then_->reserve(units, bytes, t);
+        return t == kNever || !then_ ? t : then_->reserve(units, bytes, t);
     }
 
-    Credits credits(Nanos now) override { return then_->credits(now); }
+    Credits credits(Nanos now) override { return then_ ? then_->credits(now) : Credits{}; }
 
 private:
     const std::shared_ptr<VmLimits> first_, then_;
@@ -75,12 +77,11 @@ std::shared_ptr<VmLimits> VmLimits::group(const ModelConfig& cfg) {
     vc.profile = cfg.profile;
     vc.caps = cfg.caps;  // already time-scaled
     vc.time_scale = cfg.time_scale;
-    return std::make_shared<VmLimitsImpl>(vc);
+    return std::make_shared<VmLimitsImpl>(vc, double(cfg.io_unit));
 }
 
 std::shared_ptr<VmLimits> VmLimits::chain(std::shared_ptr<VmLimits> first, std::shared_ptr<VmLimits> then) {
     if (!first) return then;
-    if (!then) return first;
     return std::make_shared<ChainedLimits>(std::move(first), std::move(then));
 }
 

@@ -325,9 +325,20 @@ HvstorDiskModel* hvstor_disk_model_new(const char* settings, char** err) {
             hvstor::perf::ModelConfig mc;
             std::string why;
             if (!hvstor::perf::parse_model_config(str(settings), mc, why)) throw hvstor::capi::ConfigError(why);
+            // Per disk, not per model: the disks of one object would share one label and
+            // write one timeline file over each other.
+            if (!mc.name.empty() || !mc.timeline.empty())
+                throw hvstor::capi::ConfigError("name and timeline are a disk's own: give them with the disk's "
+                                                "settings as text (perf=...,timeline=FILE); a disk's statistics "
+                                                "carry its id");
             return new HvstorDiskModel{str(settings), hvstor::perf::VmLimits::group(mc)};
         },
         fail_with(err, static_cast<HvstorDiskModel*>(nullptr)));
+}
+
+bool hvstor_disk_model_in_use(const HvstorDiskModel* m) {
+    // Each disk made with it holds the group; the handle holds one more.
+    return m && m->group.use_count() > 1;
 }
 
 void hvstor_disk_model_free(HvstorDiskModel* m) {

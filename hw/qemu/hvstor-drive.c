@@ -11,6 +11,12 @@
  * theirs (query-blockstats: operations, bytes, times, failures), as read, write, flush or
  * unmap.
  *
+ * A failed request meets the drive's rerror/werror as virtio-blk's do: report (the guest
+ * gets the error), ignore (it gets success), stop or enospc (the VM stops with
+ * BLOCK_IO_ERROR, the request is held and started again when the VM runs). A held request
+ * still counts as outstanding; a machine reset, the disk's unplug and its drain complete it
+ * with its error, so that each request is answered once even if the VM never runs again.
+ *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
@@ -24,6 +30,7 @@
 #include "hw/block/block.h"
 #include "system/block-backend.h"
 #include "system/iothread.h"
+#include "system/runstate.h"
 #include "hvstor-drive.h"
 
 /*
@@ -40,6 +47,9 @@ struct HvDrive {
     IOThread *own_iothread; /* NULL when the user named one */
     QEMUBH *bh;
     QSLIST_HEAD(, HvDriveReq) pending; /* pushed from any thread, taken by bh */
+    QSIMPLEQ_HEAD(, HvDriveReq) held;  /* stopped by werror/rerror; the drive's AioContext */
+    QEMUBH *retry_bh;                  /* the drive's AioContext: starts the held again */
+    VMChangeStateEntry *run_state;
     /*
      * Requests submitted and not yet completed. blk_drain alone is not enough: a
      * request parked by someone else's drained section has given its in-flight count
@@ -55,6 +65,7 @@ struct HvDrive {
 
 struct HvDriveReq {
     QSLIST_ENTRY(HvDriveReq) next;
+    QSIMPLEQ_ENTRY(HvDriveReq) held_next;
     HvDrive *drv;
     HvstorBlockIo io;
     void *token;
@@ -66,19 +77,33 @@ struct HvDriveReq {
 
 static unsigned drive_count;
 
-/* In the drive's AioContext, once per block-layer request. */
-static void hv_drive_piece_done(void *opaque, int ret)
+/*
+ * rerror/werror for a failed request: true when it is held (stop, or enospc on ENOSPC: the
+ * VM stops); otherwise req->ret is what the guest gets (0 for ignore). The drive's
+ * AioContext.
+ */
+static bool hv_drive_error_action(HvDriveReq *req)
 {
-    HvDriveReq *req = opaque;
-    HvDrive *drv;
+    HvDrive *drv = req->drv;
+    bool is_read = req->io.op == HVSTOR_BLOCK_READ;
+    int error = -req->ret;
+    BlockErrorAction action = blk_get_error_action(drv->blk, is_read, error);
 
-    if (ret < 0 && req->ret == 0) {
-        req->ret = ret;
+    if (action == BLOCK_ERROR_ACTION_STOP) {
+        /* Before the stop request: the VM cannot run again before it is held. */
+        QSIMPLEQ_INSERT_TAIL(&drv->held, req, held_next);
+    } else if (action == BLOCK_ERROR_ACTION_IGNORE) {
+        req->ret = 0;
     }
-    if (--req->pieces > 0) {
-        return;
-    }
-    drv = req->drv;
+    blk_error_action(drv->blk, action, is_read, error);
+    return action == BLOCK_ERROR_ACTION_STOP;
+}
+
+/* The request's one completion. The drive's AioContext. */
+static void hv_drive_finish(HvDriveReq *req)
+{
+    HvDrive *drv = req->drv;
+
     if (req->ret == 0) {
         block_acct_done(blk_get_stats(drv->blk), &req->acct);
     } else {
@@ -89,6 +114,23 @@ static void hv_drive_piece_done(void *opaque, int ret)
     /* Last: the drainer may free drv once it reads 0. */
     qatomic_dec(&drv->outstanding);
     aio_wait_kick();
+}
+
+/* In the drive's AioContext, once per block-layer request. */
+static void hv_drive_piece_done(void *opaque, int ret)
+{
+    HvDriveReq *req = opaque;
+
+    if (ret < 0 && req->ret == 0) {
+        req->ret = ret;
+    }
+    if (--req->pieces > 0) {
+        return;
+    }
+    if (req->ret < 0 && hv_drive_error_action(req)) {
+        return;
+    }
+    hv_drive_finish(req);
 }
 
 static void hv_drive_start_ranged(HvDriveReq *req)
@@ -178,6 +220,50 @@ static void hv_drive_run(void *opaque)
     }
 }
 
+/* The drive's AioContext, once the VM runs again: the held requests start again, in order. */
+static void hv_drive_retry(void *opaque)
+{
+    HvDrive *drv = opaque;
+    QSIMPLEQ_HEAD(, HvDriveReq) again = QSIMPLEQ_HEAD_INITIALIZER(again);
+    HvDriveReq *req;
+
+    QSIMPLEQ_CONCAT(&again, &drv->held);
+    while ((req = QSIMPLEQ_FIRST(&again))) {
+        QSIMPLEQ_REMOVE_HEAD(&again, held_next);
+        req->ret = 0;
+        hv_drive_start(req);
+    }
+}
+
+/* The drive's AioContext: every held request completes with its error. */
+static void hv_drive_release_bh(void *opaque)
+{
+    HvDrive *drv = opaque;
+    HvDriveReq *req;
+
+    while ((req = QSIMPLEQ_FIRST(&drv->held))) {
+        QSIMPLEQ_REMOVE_HEAD(&drv->held, held_next);
+        hv_drive_finish(req);
+    }
+}
+
+void hv_drive_release_held(HvDrive *drv)
+{
+    if (drv) {
+        aio_wait_bh_oneshot(drv->ctx, hv_drive_release_bh, drv);
+    }
+}
+
+/* Main loop: the VM runs again after an I/O error stopped it (or any stop). */
+static void hv_drive_run_state(void *opaque, bool running, RunState state)
+{
+    HvDrive *drv = opaque;
+
+    if (running) {
+        qemu_bh_schedule(drv->retry_bh);
+    }
+}
+
 /* HvstorBlockOps.submit: any thread, never blocks. */
 static void hv_drive_submit(void *opaque, const HvstorBlockIo *io, void *token)
 {
@@ -199,6 +285,8 @@ static void hv_drive_drain(void *opaque)
 {
     HvDrive *drv = opaque;
 
+    /* A request werror/rerror held will not start again: its error is its answer. */
+    hv_drive_release_held(drv);
     blk_drain(drv->blk);
     /* Polls the main loop meanwhile, so a drained section of others can end. */
     AIO_WAIT_WHILE(drv->ctx, qatomic_read(&drv->outstanding) > 0);
@@ -253,12 +341,12 @@ HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
     int64_t size;
 
     read_only = read_only || !blk_supports_write_perm(blk);
-    /* Errors are the guest's to see: no rerror/werror actions (see docs/drive.md). */
-    conf->rerror = BLOCKDEV_ON_ERROR_REPORT;
-    conf->werror = BLOCKDEV_ON_ERROR_REPORT;
+    /* rerror=, werror= (auto: the drive's own, -drive's rerror/werror or report/enospc). */
     if (!blkconf_apply_backend_options(conf, read_only, true, errp)) {
         return NULL;
     }
+    /* query-block's io-status, and what an error action records in it. */
+    blk_iostatus_enable(blk);
     size = blk_getlength(blk);
     if (size < 0) {
         error_setg_errno(errp, -size, "drive %s: cannot get its length", blk_name(blk));
@@ -284,6 +372,9 @@ HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
         return NULL;
     }
     drv->bh = aio_bh_new(drv->ctx, hv_drive_run, drv);
+    drv->retry_bh = aio_bh_new(drv->ctx, hv_drive_retry, drv);
+    QSIMPLEQ_INIT(&drv->held);
+    drv->run_state = qemu_add_vm_change_state_handler(hv_drive_run_state, drv);
     drv->length = size;
     drv->resize_bh = qemu_bh_new(hv_drive_resize_bh, drv);
     drv->resized = resized;
@@ -309,6 +400,7 @@ static void hv_drive_delete_bh(void *opaque)
     HvDrive *drv = opaque;
 
     qemu_bh_delete(drv->bh);
+    qemu_bh_delete(drv->retry_bh);
 }
 
 void hv_drive_free(HvDrive *drv)
@@ -318,8 +410,9 @@ void hv_drive_free(HvDrive *drv)
     if (!drv) {
         return;
     }
-    /* Nothing is queued: the disk was freed, which drained the drive. */
-    assert(QSLIST_EMPTY(&drv->pending) && drv->outstanding == 0);
+    /* Nothing is queued or held: the disk was freed, which drained the drive. */
+    assert(QSLIST_EMPTY(&drv->pending) && drv->outstanding == 0 && QSIMPLEQ_EMPTY(&drv->held));
+    qemu_del_vm_change_state_handler(drv->run_state);
     blk_set_dev_ops(drv->blk, NULL, NULL);
     qemu_bh_delete(drv->resize_bh);
     /*

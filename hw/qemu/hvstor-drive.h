@@ -23,6 +23,12 @@ typedef void HvDriveResized(void *opaque, uint64_t bytes);
 HvDrive *hv_drive_new(BlockConf *conf, IOThread *iothread, bool read_only,
                       HvDriveResized *resized, void *opaque,
                       HvstorBlockOps *ops, Error **errp);
+/*
+ * Main thread: the requests werror/rerror held (the VM stopped on their error) complete now
+ * with their errors, instead of starting again when the VM runs. For a machine reset and
+ * the disk's unplug. Returns once they have. NULL: nothing.
+ */
+void hv_drive_release_held(HvDrive *drv);
 /* Main thread, after the disk built on ops was freed (which drained it). NULL: nothing. */
 void hv_drive_free(HvDrive *drv);
 

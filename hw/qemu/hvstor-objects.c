@@ -13,8 +13,11 @@
  * refused at its -object. Its settings are fixed from then on.
  *
  * The disks given one hv-disk-model share its caps, as the members of a throttle group
- * share the group's (each disk still has its own caps too); an hv-fault is copied into each
- * disk given it, and an hv-vm-caps into the bridge.
+ * share the group's (each disk still has its own caps too), and it cannot be deleted while
+ * one of them exists; name= and timeline= are a disk's own and refused here. Settings are
+ * applied in the model's order, the general before the specific (latency, then
+ * latency.read), not in the order written. An hv-fault is copied into each disk given it,
+ * and an hv-vm-caps into the bridge.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -108,6 +111,12 @@ static void hv_settings_complete(UserCreatable *uc, Error **errp)
     if (!text) {
         return;
     }
+    /* perf=none, fault=none are text: an object of that id could never be named. */
+    if (!strcmp(object_get_canonical_path_component(OBJECT(uc)), "none")) {
+        error_setg(errp, "%s: the id 'none' is taken by the text forms (fault=none); "
+                   "choose another", type);
+        return;
+    }
     if (!strcmp(sc->kind, "disk-model")) {
         s->model = hvstor_disk_model_new(text, &err);
         if (!s->model) {
@@ -121,6 +130,15 @@ static void hv_settings_complete(UserCreatable *uc, Error **errp)
     s->text = g_steal_pointer(&text);
 }
 
+/*
+ * object-del: not while disks share the model's caps (a new object of that id would make a
+ * second group under the same name). A fault and VM caps are copied where they are named.
+ */
+static bool hv_settings_can_be_deleted(UserCreatable *uc)
+{
+    return !hvstor_disk_model_in_use(HV_SETTINGS(uc)->model);
+}
+
 static void hv_settings_init(Object *obj)
 {
     HvSettings *s = HV_SETTINGS(obj);
@@ -132,7 +150,10 @@ static void hv_settings_finalize(Object *obj)
 {
     HvSettings *s = HV_SETTINGS(obj);
 
-    g_strfreev(s->values);
+    for (guint i = 0; i < HV_SETTINGS_GET_CLASS(obj)->count; i++) {
+        g_free(s->values[i]); /* unset settings are NULL: not a NULL-ended vector */
+    }
+    g_free(s->values);
     g_free(s->text);
     hvstor_disk_model_free(s->model);
 }
@@ -168,7 +189,10 @@ static void hv_settings_class_init(ObjectClass *klass, void *data)
 
 static void hv_settings_base_class_init(ObjectClass *klass, void *data)
 {
-    USER_CREATABLE_CLASS(klass)->complete = hv_settings_complete;
+    UserCreatableClass *ucc = USER_CREATABLE_CLASS(klass);
+
+    ucc->complete = hv_settings_complete;
+    ucc->can_be_deleted = hv_settings_can_be_deleted;
 }
 
 static const TypeInfo hv_settings_types[] = {

@@ -542,6 +542,11 @@ static void hv_disk_realize(DeviceState *dev, Error **errp)
     } else if (d->iothread) {
         error_setg(errp, "hv-disk: iothread= goes with drive=");
         return;
+    } else if (d->conf.rerror != BLOCKDEV_ON_ERROR_AUTO ||
+               d->conf.werror != BLOCKDEV_ON_ERROR_AUTO) {
+        error_setg(errp, "hv-disk: rerror= and werror= go with drive= (the disk's own "
+                   "backends report every error to the guest)");
+        return;
     }
     if (!cfg.backend) {
         error_setg(errp, "hv-disk: give file=PATH, drive=ID, or backend=ram|null with size=");
@@ -596,6 +601,10 @@ static const HvPropDoc hv_disk_docs[] = {
                "(docs/fault-injection.md); settable at run time" },
     { "capacity", "the disk's size in bytes; set at run time, the guest gets UNIT ATTENTION "
                   "and rescans" },
+    { "rerror", "with drive=: what a failed read does: report (the guest gets the error), "
+                "ignore, stop (the VM stops; cont retries it), auto (the drive's own; default)" },
+    { "werror", "with drive=: what a failed write does: report, ignore, stop, enospc (stop "
+                "on ENOSPC only), auto (the drive's own, enospc for -blockdev; default)" },
     { NULL }
 };
 
@@ -610,6 +619,7 @@ static const Property hv_disk_props[] = {
     DEFINE_PROP_STRING("perf", HvDisk, perf),
     DEFINE_PROP_BOOL("notices", HvDisk, notices, true),
     DEFINE_PROP_DRIVE("drive", HvDisk, conf.blk),
+    DEFINE_BLOCK_ERROR_PROPERTIES(HvDisk, conf),
     DEFINE_PROP_LINK("iothread", HvDisk, iothread, TYPE_IOTHREAD, IOThread *),
 };
 
@@ -713,12 +723,23 @@ static void hv_disk_finalize(Object *obj)
     g_free(d->fault);
 }
 
+/*
+ * A machine reset, first phase (before the bridge's reset waits for the guest's requests):
+ * requests werror/rerror held for the VM's cont complete with their errors now.
+ */
+static void hv_disk_reset_enter(Object *obj, ResetType type)
+{
+    hv_drive_release_held(HV_DISK(obj)->drive);
+}
+
 static void hv_disk_class_init(ObjectClass *klass, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
+    ResettableClass *rc = RESETTABLE_CLASS(klass);
 
     dc->realize = hv_disk_realize;
     dc->unrealize = hv_disk_unrealize;
+    rc->phases.enter = hv_disk_reset_enter;
     dc->bus_type = TYPE_HV_SCSI_BUS;
     dc->desc = "SCSI disk on an hv-storvsc controller";
     dc->user_creatable = true;

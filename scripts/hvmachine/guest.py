@@ -216,17 +216,21 @@ class Guest:
         # virtio-scsi or scsi_debug) must not see a Hyper-V partition.
         if self.controllers or self.bridge is not None:
             devs.append({"driver": "hv-vmbus-bridge",
-                         **_as_object(dict(self.bridge or {}), "vm-perf", "hv-vm-caps", "vm-caps", objects)})
+                         **_as_object(dict(self.bridge or {}), "vm-perf", "hv-vm-caps", "hvstor-vm-caps", objects)})
         for c in self.controllers:
             devs.append({"driver": "hv-storvsc", "id": c.id, **c.props})
         for d in self.placed_disks():
             ctl = self.controllers[d.controller].id
             lun = d.lun if d.lun is not None else 0
             name = str(d.props.get("id", f"{ctl}-lun{lun}"))
-            props = _as_object(dict(d.props), "perf", "hv-disk-model", f"{name}-model", objects)
-            props = _as_object(props, "fault", "hv-fault", f"{name}-fault", objects)
+            props = _as_object(dict(d.props), "perf", "hv-disk-model", f"hvstor-{name}-model", objects)
+            props = _as_object(props, "fault", "hv-fault", f"hvstor-{name}-fault", objects)
             devs.append({"driver": "hv-disk", "bus": f"{ctl}.0", "lun": lun, **props})
         devs += [{"driver": d.driver, **d.props} for d in self.devices]
+        ids = [str(o["id"]) for o in objects]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise GuestError(f"two -object with the id {', '.join(twice)}: give the disks ids of their own")
         args: List[str] = []
         for o in objects:
             args += ["-object", json.dumps(o)]
@@ -268,15 +272,32 @@ def _as_object(props: Props, key: str, qom_type: str, obj_id: str, objects: List
     text = props.get(key)
     if not isinstance(text, str) or "=" not in text:
         return props
-    obj: Props = {"qom-type": qom_type, "id": obj_id}
+    items = []
     for item in split_opts(text):
         k, eq, v = item.partition("=")
         if not eq or not k:
             raise GuestError(f"{key}: expected NAME=VALUE items, got '{item}' in '{text}'")
+        items.append((k, v))
+    if not _order_free([k for k, _ in items]) or (key == "perf" and any(k in ("name", "timeline") for k, _ in items)):
+        return props  # as text: its order matters, or it names what is a disk's own
+    obj: Props = {"qom-type": qom_type, "id": obj_id}
+    for k, v in items:
         obj[k.replace(".", "-")] = v
     objects.append(obj)
     props[key] = obj_id
     return props
+
+
+def _order_free(keys: List[str]) -> bool:
+    """Whether settings written in this order mean the same in the model's own order (an
+    object's): no key given twice, no specific key (latency.read) before its general one
+    (latency), and not both of two keys for one setting (mbps and bps)."""
+    if len(set(keys)) != len(keys):
+        return False
+    for i, k in enumerate(keys):
+        if "." in k and k.split(".")[0] in keys[i + 1:]:
+            return False
+    return not any({f"{p}mbps", f"{p}bps"} <= set(keys) for p in ("", "burst."))
 
 
 def _check_props(what: str, props: Mapping[str, PropValue]) -> None:

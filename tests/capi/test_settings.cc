@@ -70,8 +70,16 @@ TEST(Settings, ModelObjectRefusesBadSettingsAndFreesNull) {
     ASSERT_NE(err, nullptr);
     EXPECT_NE(std::string(err).find("iops=lots"), std::string::npos) << err;
     std::free(err);
+    for (const char* own : {"iops=100,timeline=/tmp/t.jsonl", "name=x"}) {
+        EXPECT_EQ(hvstor_disk_model_new(own, &err), nullptr) << own;
+        ASSERT_NE(err, nullptr);
+        EXPECT_NE(std::string(err).find("a disk's own"), std::string::npos) << err;
+        std::free(err);
+        err = nullptr;
+    }
     HvstorDiskModel* m = hvstor_disk_model_new("profile=premium-p10", &err);
     ASSERT_NE(m, nullptr);
+    EXPECT_FALSE(hvstor_disk_model_in_use(m));
     hvstor_disk_model_free(m);
     hvstor_disk_model_free(nullptr);
 }

@@ -33,9 +33,9 @@ def test_hv_devices_scale_and_escape() -> None:
     p = make(spec_text(exp_extra="time-scale = 8\nvm-perf = profile=Standard_D16s_v3\nstorvsc = outstanding=128"))
     devs = devices(p, "stock")
     # The VM's caps go as an object the bridge names; the bridge before the controller.
-    assert devs[:2] == ["-object", '{"qom-type": "hv-vm-caps", "id": "vm-caps", '
+    assert devs[:2] == ["-object", '{"qom-type": "hv-vm-caps", "id": "hvstor-vm-caps", '
                         '"profile": "Standard_D16s_v3", "time-scale": "8"}']
-    assert devs[3] == "hv-vmbus-bridge,vm-perf=vm-caps"
+    assert devs[3] == "hv-vmbus-bridge,vm-perf=hvstor-vm-caps"
     assert devs[5] == "hv-storvsc,id=scsi0,outstanding=128"
     assert devs[7] == "hv-disk,bus=scsi0.0,lun=0,id=disk0,backend=null,size=4G"
     assert p.eff_scale == 8 and p.variants["stock"].wait_disks == 1
@@ -43,12 +43,17 @@ def test_hv_devices_scale_and_escape() -> None:
 
 def test_perf_and_fault_go_as_objects() -> None:
     g = make(spec_text()).guest("stock", "/run")
-    g.disks[0].props.update({"perf": "profile=premium-p10,latency.read=2ms,timeline=/a,,b", "fault": "error=busy"})
+    g.disks[0].props.update({"perf": "profile=premium-p10,latency=1ms,latency.read=2ms,seed=a,,b", "fault": "error=busy"})
     devs = g.device_args()
-    assert devs[:4] == ["-object", '{"qom-type": "hv-disk-model", "id": "disk0-model", "profile": "premium-p10", '
-                        '"latency-read": "2ms", "timeline": "/a,b"}',
-                        "-object", '{"qom-type": "hv-fault", "id": "disk0-fault", "error": "busy"}']
-    assert devs[-1] == "hv-disk,bus=scsi0.0,lun=0,id=disk0,backend=null,size=4G,perf=disk0-model,fault=disk0-fault"
+    assert devs[:4] == ["-object", '{"qom-type": "hv-disk-model", "id": "hvstor-disk0-model", "profile": "premium-p10", '
+                        '"latency": "1ms", "latency-read": "2ms", "seed": "a,b"}',
+                        "-object", '{"qom-type": "hv-fault", "id": "hvstor-disk0-fault", "error": "busy"}']
+    assert devs[-1] == ("hv-disk,bus=scsi0.0,lun=0,id=disk0,backend=null,size=4G,"
+                        "perf=hvstor-disk0-model,fault=hvstor-disk0-fault")
+    # Text whose order matters, or with a disk's own timeline, stays text.
+    for perf in ("latency.read=2ms,latency=1ms", "mbps=10,bps=1000000", "iops=5,iops=6", "timeline=/t"):
+        g.disks[0].props.update({"perf": perf})
+        assert g.device_args()[-1].split(",perf=")[1].startswith(perf.replace(",", ",,")), perf
     # An id or "none" stays as it is.
     g.disks[0].props.update({"perf": "p10", "fault": "none"})
     assert g.device_args()[-1].endswith("perf=p10,fault=none")

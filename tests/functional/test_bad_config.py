@@ -66,6 +66,9 @@ REFUSALS: List[Tuple[str, List[str]]] = [
     ("fault=nosuch: no -object hv-fault with id 'nosuch'", B + CTL + ["-device", f"{DISK},fault=nosuch"]),
     ("vm-perf=nosuch: no -object hv-vm-caps with id 'nosuch'", ["-device", "hv-vmbus-bridge,vm-perf=nosuch"]),
     ("hv-disk-model: .*iops=lots", ["-object", "hv-disk-model,id=m,iops=lots"]),
+    ("hv-disk-model: name and timeline are a disk's own", ["-object", "hv-disk-model,id=m,iops=9,timeline=/tmp/t"]),
+    ("hv-disk-model: the id 'none' is taken", ["-object", "hv-disk-model,id=none,iops=9"]),
+    ("rerror= and werror= go with drive=", B + CTL + ["-device", f"{DISK},werror=stop"]),
     ("hv-fault: fault: error=fire is not one of", ["-object", "hv-fault,id=f,error=fire"]),
     ("-object hv-vm-caps,id=v,max-outstanding=4: Invalid parameter 'max-outstanding'", ["-object", "hv-vm-caps,id=v,max-outstanding=4"]),
 ]

@@ -11,6 +11,8 @@ The guest waits for a disk the host plugs after reading them, so no clock decide
 
 from typing import Any, Dict, List
 
+from qemu.qmp import ExecuteError
+
 from conftest import Boot, Checks, Disk, go_on, guest, stats
 from guestlib import LUN_HELPERS
 
@@ -43,14 +45,19 @@ def test_objects_match_text(boot: Boot, checks: Checks) -> None:
               disks=[Disk({"id": "d0", "backend": "ram", "size": "64M", "perf": MODEL, "fault": FAULT})],
               qemu_args=text_disk())
     args = g.device_args()
-    checks.that(any('"qom-type": "hv-disk-model"' in a for a in args) and "perf=d0-model" in " ".join(args),
+    checks.that(any('"qom-type": "hv-disk-model"' in a for a in args) and "perf=hvstor-d0-model" in " ".join(args),
                 "the machine layer gives d0's model as an -object it names by id")
     m = boot(g)
     m.wait_console("IO-DONE")
     seen: Dict[str, Any] = {"d0": stats(m, "d0"), "d1": stats(m, "d1"),
                             "perf": m.qmp("qom-get", path="/machine/peripheral/d0", property="perf"),
-                            "profile": m.qmp("qom-get", path="/objects/d0-model", property="profile"),
-                            "vm": m.qmp("qom-get", path="/objects/vm-caps", property="profile")}
+                            "profile": m.qmp("qom-get", path="/objects/hvstor-d0-model", property="profile"),
+                            "vm": m.qmp("qom-get", path="/objects/hvstor-vm-caps", property="profile")}
+    try:
+        m.qmp("object-del", id="hvstor-d0-model")
+        seen["del"] = "deleted"
+    except ExecuteError as e:
+        seen["del"] = str(e)
     go_on(m, 2)
     r = m.finish()
     checks.boot_ok(r)
@@ -63,7 +70,8 @@ def test_objects_match_text(boot: Boot, checks: Checks) -> None:
 def compare(seen: Dict[str, Any], checks: Checks) -> None:
     a, b = seen["d0"], seen["d1"]
     print(f"  d0 (objects): {a}\n  d1 (text):    {b}")
-    checks.that(seen["perf"] == "d0-model" and seen["profile"] == "premium-p10" and seen["vm"] == "Standard_D16s_v3",
+    checks.that("is in use, can not be deleted" in seen["del"], f"object-del of a model its disk uses is refused ({seen['del']})")
+    checks.that(seen["perf"] == "hvstor-d0-model" and seen["profile"] == "premium-p10" and seen["vm"] == "Standard_D16s_v3",
                 f"d0 names its model object, which reads back its settings ({seen['perf']}, {seen['profile']}, {seen['vm']})")
     checks.that(a["total"]["ios"] > 32 and a["total"] == b["total"],
                 f"the same I/Os, bytes and errors through both models ({a['total']} and {b['total']})")

@@ -153,7 +153,10 @@ TEST(PerfGroup, ChainedToTheVmsCaps) {
     const auto [ua, ub] = u.rates(kSec, 11 * kSec);
     EXPECT_NEAR(ua + ub, 3000, 30);
     EXPECT_EQ(VmLimits::chain(nullptr, t.vm), t.vm);
-    EXPECT_EQ(VmLimits::chain(t.vm, nullptr), t.vm);
+    // A group alone reports no VM credits (burst credits of the group are not the VM's).
+    const auto alone = VmLimits::chain(group_of("iops=100,burst=credit,burst.iops=200"), nullptr);
+    EXPECT_FALSE(alone->credits(0).enabled);
+    EXPECT_TRUE(group_of("iops=100,burst=credit,burst.iops=200")->credits(0).enabled);
 }
 
 } // namespace

@@ -243,8 +243,13 @@ bool hvstor_settings_check(const char *kind, const char *text, char **err);
  * disk gives each disk its own caps only.
  */
 typedef struct HvstorDiskModel HvstorDiskModel;
-/* From perf= settings text. NULL with a message in *err (free() it) on bad settings. */
+/*
+ * From perf= settings text. NULL with a message in *err (free() it) on bad settings, and for
+ * name= and timeline=, which are a disk's own.
+ */
 HvstorDiskModel *hvstor_disk_model_new(const char *settings, char **err);
+/* Whether a disk made with m still exists (any thread). */
+bool hvstor_disk_model_in_use(const HvstorDiskModel *m);
 /* The handle goes; disks made with it keep the caps they share. NULL: nothing. */
 void hvstor_disk_model_free(HvstorDiskModel *m);
 

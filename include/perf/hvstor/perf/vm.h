@@ -19,11 +19,12 @@ public:
     static std::shared_ptr<VmLimits> create(const VmConfig& cfg, std::string& err);
     // From a property string (parse_vm_config).
     static std::shared_ptr<VmLimits> create(std::string_view settings, std::string& err);
-    // A group's caps: the caps of `cfg`, shared by every disk given the object (as QEMU's
-    // throttle groups share theirs); each disk still passes its own caps first.
+    // A group's caps: the caps of `cfg` (its io-unit too), shared by every disk given the
+    // object (as QEMU's throttle groups share theirs); each disk still passes its own first.
     static std::shared_ptr<VmLimits> group(const ModelConfig& cfg);
-    // IOs pass `first`'s caps, then `then`'s (a group's, then the VM's); either may be null.
-    // credits() are `then`'s when both are given; the chain keeps both alive.
+    // IOs pass `first`'s caps, then `then`'s (a group's, then the VM's); either may be null
+    // (`then` alone when `first` is). credits() are `then`'s, none without it: a disk's
+    // vm_credits are the VM's only. The chain keeps both alive.
     static std::shared_ptr<VmLimits> chain(std::shared_ptr<VmLimits> first, std::shared_ptr<VmLimits> then);
     virtual ~VmLimits() = default;
 
