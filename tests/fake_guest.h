@@ -20,8 +20,21 @@ public:
     static constexpr uint64_t kSiefpBase = 0x101000;
     static constexpr uint64_t kInputPage = 0x200000;  // per VP: + vp * 0x1000
     static constexpr uint8_t kVector = 0xF3;
+    static constexpr uint64_t kHypercallPage = 0x1FF000;
+    // What Linux writes (hv_generate_guest_id: vendor 0x8100, kernel 6.12.0 in bits 16-39).
+    static constexpr uint64_t kLinuxGuestOsId = 0x810000060c000000ull;
 
-    FakeGuest(FakeHost& host, hv::Partition& p) : host_(host), p_(p) {}
+    // A guest as Linux is once hyperv_init() ran: it has identified itself and enabled the
+    // hypercall page, without which the partition refuses every hypercall.
+    FakeGuest(FakeHost& host, hv::Partition& p) : host_(host), p_(p) { enable_hypercalls(); }
+
+    // What hyperv_init() does before its first hypercall: GUEST_OS_ID, then HYPERCALL with the
+    // enable bit and the page's address (partition-wide MSRs: written on VP 0).
+    void enable_hypercalls() {
+        EXPECT_EQ(p_.wrmsr(0, hv::msr::kGuestOsId, kLinuxGuestOsId), hv::MsrResult::Handled);
+        EXPECT_EQ(p_.wrmsr(0, hv::msr::kHypercall, kHypercallPage | 1), hv::MsrResult::Handled);
+        EXPECT_TRUE(p_.hypercall_page_enabled());
+    }
 
     uint64_t simp(uint32_t vp) const { return kSimpBase + vp * 0x2000ull; }
     uint64_t siefp(uint32_t vp) const { return kSiefpBase + vp * 0x2000ull; }

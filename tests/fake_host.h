@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -82,6 +83,25 @@ public:
         std::lock_guard lock(mu_);
         guest_errors.push_back(line);
     }
+    // The model's clock (Host::now): the host's own until a test stops it with
+    // stop_clock(); from then on it moves only by advance_clock().
+    std::chrono::steady_clock::time_point now() override {
+        const int64_t ns = clock_ns_.load();
+        using namespace std::chrono;
+        return ns < 0 ? Host::now() : steady_clock::time_point(duration_cast<steady_clock::duration>(nanoseconds(ns)));
+    }
+    void stop_clock() {
+        clock_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(Host::now().time_since_epoch()).count();
+    }
+    void advance_clock(std::chrono::nanoseconds d) { clock_ns_ += d.count(); }
+    // How many guest-error lines contain `text`.
+    size_t count_logged(const std::string& text) {
+        std::lock_guard lock(mu_);
+        size_t n = 0;
+        for (auto& l : guest_errors) n += l.find(text) != std::string::npos;
+        return n;
+    }
+
     // Whether a guest-error line containing `text` was reported.
     bool logged(const std::string& text) {
         std::lock_guard lock(mu_);
@@ -126,6 +146,7 @@ private:
     }
 
     std::mutex mu_;
+    std::atomic<int64_t> clock_ns_{-1}; // steady_clock nanoseconds; -1: the host's own clock
     std::mutex mem_mu_; // read_gpa and write_gpa; a leaf lock
     TraceCapture trace_;
     alignas(8) std::vector<uint8_t> ram_;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "fake_guest.h"
 #include "fake_host.h"
 #include "hvstor/hyperv/msr.h"
@@ -16,6 +18,12 @@ constexpr uint16_t kPort = 0x5A58;
 
 class PartitionTest : public ::testing::Test {
 protected:
+    // What Linux's hyperv_init() does before its first hypercall (FakeGuest does it too).
+    void enable_hypercalls() {
+        ASSERT_EQ(p.wrmsr(0, msr::kGuestOsId, FakeGuest::kLinuxGuestOsId), MsrResult::Handled);
+        ASSERT_EQ(p.wrmsr(0, msr::kHypercall, FakeGuest::kHypercallPage | 1), MsrResult::Handled);
+    }
+
     FakeHost host;
     Partition p{host, PartitionConfig{4, kPort}};
 };
@@ -143,6 +151,7 @@ TEST_F(PartitionTest, SynicMsrs) {
 }
 
 TEST_F(PartitionTest, UnknownCallCode) {
+    enable_hypercalls();
     EXPECT_EQ(status(p.hypercall(0, 0x0001, 0, 0)), uint16_t(Status::InvalidHypercallCode));
     EXPECT_EQ(status(p.hypercall(0, 0xFFFF, 0, 0)), uint16_t(Status::InvalidHypercallCode));
     EXPECT_EQ(p.stats().hypercall_errors, 2u);
@@ -163,6 +172,7 @@ TEST_F(PartitionTest, PostMessageReachesHandler) {
 }
 
 TEST_F(PartitionTest, PostMessageBadInputs) {
+    enable_hypercalls();
     RecordingHandler h;
     p.set_message_handler(&h);
     uint32_t hdr[4] = {1, 0, 1, 241};
@@ -200,6 +210,7 @@ TEST_F(PartitionTest, PostMessageWithoutVmbusIsInvalidConnection) {
 }
 
 TEST_F(PartitionTest, SignalEventFastAndSlow) {
+    enable_hypercalls();
     RecordingHandler h;
     p.set_message_handler(&h);
     EXPECT_EQ(status(p.hypercall(1, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::Success));
@@ -216,6 +227,7 @@ TEST_F(PartitionTest, SignalEventFastAndSlow) {
 // Every refused call and every #GP is counted and says why, naming the field and its value.
 // A status the message handler chose is the handler's to report.
 TEST_F(PartitionTest, RefusalsAreLoggedWithTheFieldAndValue) {
+    enable_hypercalls();
     RecordingHandler h;
     p.set_message_handler(&h);
     uint32_t hdr[4] = {1, 0, 1, 241};
@@ -246,7 +258,87 @@ TEST_F(PartitionTest, RefusalsAreLoggedWithTheFieldAndValue) {
 }
 
 TEST_F(PartitionTest, HypercallFromUnknownVp) {
+    enable_hypercalls();
     EXPECT_EQ(status(p.hypercall(9, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::InvalidParameter));
+}
+
+// Hyper-V raises #UD for a hypercall until the guest has set a guest OS id and enabled the
+// hypercall page; the port the stub traps through is reachable without either, so the model
+// refuses such a call with OperationDenied, counts it and says why.
+TEST_F(PartitionTest, HypercallsBeforeAGuestOsIdAreRefused) {
+    RecordingHandler h;
+    p.set_message_handler(&h);
+    EXPECT_EQ(status(p.hypercall(1, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::OperationDenied));
+    // The enable bit without a guest OS id does not enable the page.
+    EXPECT_EQ(p.wrmsr(0, msr::kHypercall, FakeGuest::kHypercallPage | 1), MsrResult::Handled);
+    uint32_t hdr[4] = {1, 0, 1, 8};
+    host.write_gpa(0x200000, hdr, sizeof hdr);
+    EXPECT_EQ(status(p.hypercall(0, 0x5C, 0x200000, 0)), uint16_t(Status::OperationDenied));
+    EXPECT_EQ(h.signals + h.posts, 0) << "nothing reaches the VMBus server";
+    EXPECT_EQ(p.stats().hypercalls, 2u);
+    EXPECT_EQ(p.stats().hypercall_errors, 2u);
+    EXPECT_TRUE(host.logged("hyperv: VP 1 hypercall control 0x1005d input 0x4d: call code 0x5d before a guest OS id "
+                            "is set (Hyper-V raises #UD) (status 8)"));
+    EXPECT_TRUE(host.logged("call code 0x5c before a guest OS id is set"));
+}
+
+TEST_F(PartitionTest, HypercallsWithThePageDisabledAreRefused) {
+    RecordingHandler h;
+    p.set_message_handler(&h);
+    ASSERT_EQ(p.wrmsr(0, msr::kGuestOsId, FakeGuest::kLinuxGuestOsId), MsrResult::Handled);
+    EXPECT_EQ(status(p.hypercall(2, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::OperationDenied));
+    // A page address without the enable bit.
+    ASSERT_EQ(p.wrmsr(0, msr::kHypercall, FakeGuest::kHypercallPage), MsrResult::Handled);
+    EXPECT_EQ(status(p.hypercall(2, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::OperationDenied));
+    EXPECT_EQ(h.signals, 0);
+    EXPECT_EQ(p.stats().hypercall_errors, 2u);
+    EXPECT_EQ(host.count_logged("call code 0x5d with the hypercall page disabled (Hyper-V raises #UD)"), 2u);
+}
+
+TEST_F(PartitionTest, HypercallsAcceptedOnceTheGuestIdentifiedItselfAndEnabledThePage) {
+    RecordingHandler h;
+    p.set_message_handler(&h);
+    enable_hypercalls();
+    EXPECT_EQ(status(p.hypercall(2, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::Success));
+    EXPECT_EQ(h.signals, 1);
+    EXPECT_EQ(p.stats().hypercall_errors, 0u);
+    EXPECT_TRUE(host.guest_errors.empty());
+}
+
+// Clearing the enable bit, or the guest OS id (which disables the page: TLFS), or a machine
+// reset turns hypercalls off again: what Linux's hyperv_cleanup() does before kexec.
+TEST_F(PartitionTest, HypercallsRefusedAgainOnceThePageIsDisabled) {
+    RecordingHandler h;
+    p.set_message_handler(&h);
+    auto signal = [&] { return status(p.hypercall(0, 0x5D | (1u << 16), 77, 0)); };
+    enable_hypercalls();
+    ASSERT_EQ(signal(), uint16_t(Status::Success));
+    ASSERT_EQ(p.wrmsr(0, msr::kHypercall, FakeGuest::kHypercallPage), MsrResult::Handled);
+    EXPECT_EQ(signal(), uint16_t(Status::OperationDenied));
+    EXPECT_TRUE(host.logged("with the hypercall page disabled"));
+    enable_hypercalls();
+    ASSERT_EQ(signal(), uint16_t(Status::Success));
+    ASSERT_EQ(p.wrmsr(0, msr::kGuestOsId, 0), MsrResult::Handled);
+    EXPECT_FALSE(p.hypercall_page_enabled());
+    EXPECT_EQ(signal(), uint16_t(Status::OperationDenied));
+    enable_hypercalls();
+    ASSERT_EQ(signal(), uint16_t(Status::Success));
+    p.reset();
+    EXPECT_EQ(signal(), uint16_t(Status::OperationDenied));
+    EXPECT_EQ(h.signals, 3);
+    EXPECT_EQ(p.stats().hypercall_errors, 3u);
+}
+
+// A guest that calls in a loop without a page fills no log: a burst, then one line a second.
+TEST_F(PartitionTest, RefusedHypercallsAreLoggedRateLimited) {
+    host.stop_clock();
+    for (int i = 0; i < 100; i++) p.hypercall(0, 0x5D | (1u << 16), 77, 0);
+    EXPECT_EQ(p.stats().hypercall_errors, 100u);
+    EXPECT_EQ(host.guest_errors.size(), size_t(GuestErrorLog::kBurst));
+    host.advance_clock(std::chrono::seconds(1));
+    p.hypercall(0, 0x5D | (1u << 16), 77, 0);
+    ASSERT_EQ(host.guest_errors.size(), size_t(GuestErrorLog::kBurst) + 1);
+    EXPECT_NE(host.guest_errors.back().find("(80 more held back)"), std::string::npos) << host.guest_errors.back();
 }
 
 TEST_F(PartitionTest, ResetClearsState) {

@@ -178,6 +178,26 @@ TEST_F(VmbusTest, EveryLinuxVersionNegotiates) {
     }
 }
 
+// The reproduction: with guest OS id 0 and the hypercall MSR 0 an INITIATE_CONTACT
+// connected. Hyper-V raises #UD there; the partition refuses the call before the server sees
+// it, and the guest that then does what Linux's hyperv_init() does connects.
+TEST_F(VmbusTest, ContactWithoutGuestOsIdOrHypercallPageIsRefused) {
+    ASSERT_EQ(p.wrmsr(0, hv::msr::kGuestOsId, 0), hv::MsrResult::Handled); // clears the page's enable bit too
+    ASSERT_EQ(p.wrmsr(0, hv::msr::kHypercall, 0), hv::MsrResult::Handled);
+    auto c = contact(version::kV5_3);
+    EXPECT_EQ(g.post(0, 4, c), uint16_t(Status::OperationDenied));
+    EXPECT_FALSE(g.take(0)) << "no VERSION_RESPONSE";
+    EXPECT_FALSE(server.connected());
+    EXPECT_TRUE(host.logged("call code 0x5c before a guest OS id is set"));
+    // Identified, the page still off.
+    ASSERT_EQ(p.wrmsr(0, hv::msr::kGuestOsId, FakeGuest::kLinuxGuestOsId), hv::MsrResult::Handled);
+    EXPECT_EQ(g.post(0, 4, c), uint16_t(Status::OperationDenied));
+    EXPECT_FALSE(server.connected());
+    g.enable_hypercalls();
+    EXPECT_EQ(negotiate(version::kV5_3).version_supported, 1);
+    EXPECT_TRUE(server.connected());
+}
+
 TEST_F(VmbusTest, VersionsAboveMaxAreRefusedSoTheGuestMovesOn) {
     Server old{p.synic(), ServerConfig{version::kWin10Rs3, 65536}};
     p.set_message_handler(&old);

@@ -66,6 +66,19 @@ bool Partition::hypercall_page_enabled() const {
     return hypercall_msr_ & kHypercallEnable;
 }
 
+// Hyper-V (TLFS, "Establishing the hypercall interface") answers a hypercall with #UD until
+// the guest has written a non-zero guest OS id and enabled the hypercall page. The stub's OUT
+// is a port any guest code can reach, page or no page, and the port handler cannot raise #UD
+// under TCG: such a call is refused with a status instead. Linux writes both MSRs in
+// hyperv_init() before its first hypercall, and hyperv_cleanup() (kexec, kdump) drops its
+// page pointer before it clears them, so it never meets this refusal.
+const char* Partition::hypercalls_off() const {
+    std::lock_guard lock(mu_);
+    if (guest_os_id_ == 0) return "before a guest OS id is set";
+    if (!(hypercall_msr_ & kHypercallEnable)) return "with the hypercall page disabled";
+    return nullptr;
+}
+
 PartitionStats Partition::stats() const {
     std::lock_guard lock(mu_);
     return stats_;
@@ -152,6 +165,9 @@ uint64_t Partition::hypercall(uint32_t vp, uint64_t control, uint64_t input, uin
     if (vp >= cfg_.nr_vps) {
         st = Status::InvalidParameter;
         refuse(why, kWhyLen, st, "no such VP");
+    } else if (const char* off = hypercalls_off()) {
+        st = Status::OperationDenied;
+        refuse(why, kWhyLen, st, "call code 0x%x %s (Hyper-V raises #UD)", unsigned(c.code()), off);
     } else if (c.rep_count() != 0 || c.rep_start() != 0 || c.var_header_size() != 0) {
         st = Status::InvalidHypercallInput; // neither call is a rep or variable-size call
         refuse(why, kWhyLen, st, "rep count %u, rep start %u, variable header %u (want 0, 0, 0)",

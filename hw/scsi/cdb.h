@@ -41,11 +41,23 @@ constexpr Asc kSpaceAllocationFailed{0x27, 0x07};
 constexpr Asc kCapacityDataChanged{0x2A, 0x09};
 constexpr Asc kSavingParametersNotSupported{0x39, 0x00};
 
-// Per command, in logical blocks (Block Limits VPD). Bounded so that one command never
-// turns into unbounded backend work (a pattern WRITE SAME is written out in full).
-constexpr uint32_t kMaxUnmapBlocks = 0x400000;     // 2 GiB of 512-byte blocks
+// Work per command, advertised in the Block Limits VPD page and enforced (target.h turns
+// them into blocks), so that a reset or an unplug, which wait for every command's backend
+// work, never wait minutes for one command:
+// - WRITE SAME, any pattern, with or without UNMAP: the disk's maximum transfer length, and
+//   at most 8 MiB, as Hyper-V's virtual disk limits it (OpenVMM's scsidisk, which mirrors
+//   it: VHDMP_MAX_WRITE_SAME_LENGTH_BYTES, capped by the maximum transfer length). A
+//   non-zero pattern is written out in full, so one command writes no more than one
+//   transfer would. Above it: CHECK CONDITION, ILLEGAL REQUEST, INVALID FIELD IN CDB (SBC).
+// - UNMAP: 2 GiB over all descriptors of one command (SBC's MAXIMUM UNMAP LBA COUNT is per
+//   command), at most 64 descriptors. Hyper-V advertises no bound (0xFFFFFFFF blocks, 4096
+//   descriptors); here a discard is a hole punch or MADV_DONTNEED, but a file system that
+//   cannot punch holes falls back to writing zeros, where 2 GiB is seconds, not minutes.
+//   Above it: ILLEGAL REQUEST, INVALID FIELD IN PARAMETER LIST (SBC). Linux sends one
+//   descriptor per UNMAP and splits discards at the advertised count.
+constexpr uint64_t kMaxWriteSameBytes = 8u << 20;
+constexpr uint64_t kMaxUnmapBytes = 2ull << 30;
 constexpr uint32_t kMaxUnmapDescriptors = 64;
-constexpr uint32_t kMaxWriteSameBlocks = 0x400000;
 constexpr uint32_t kUnmapGranularity = 8;           // 4 KiB: file system blocks and pages
 constexpr uint8_t kPhysicalBlockExponent = 3;       // 4 KiB physical sectors, as Hyper-V reports
 constexpr uint32_t kMaxBlockSize = 4096;

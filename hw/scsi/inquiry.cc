@@ -102,10 +102,10 @@ size_t device_id_page(Page& p, const DiskConfig& cfg) {
 size_t block_limits_page(Page& p, const Target& t) {
     p[4] = 0x01;  // WSNZ: WRITE SAME of zero blocks (meaning "to the end") is refused
     put32(&p[8], t.max_transfer_blocks);
-    put32(&p[20], kMaxUnmapBlocks);
+    put32(&p[20], max_unmap_blocks(t));
     put32(&p[24], kMaxUnmapDescriptors);
     put32(&p[28], kUnmapGranularity);
-    put64(&p[36], kMaxWriteSameBlocks);
+    put64(&p[36], max_write_same_blocks(t)); // what write_same.cc and unmap.cc enforce
     return page_header(p, kPageBlockLimits, 64);
 }
 

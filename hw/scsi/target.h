@@ -58,6 +58,15 @@ void emulate_verify(Command& cmd, const Target& t);
 // (with sense set) when the buffer is too short, or BUSY when memory is short.
 bool attach_buffer(Command& cmd, uint64_t bytes);
 
+// MAXIMUM WRITE SAME LENGTH in blocks: the maximum transfer length, at most
+// kMaxWriteSameBytes (cdb.h).
+inline uint32_t max_write_same_blocks(const Target& t) {
+    const auto cap = static_cast<uint32_t>(kMaxWriteSameBytes / t.block_size);
+    return t.max_transfer_blocks != 0 && t.max_transfer_blocks < cap ? t.max_transfer_blocks : cap;
+}
+// MAXIMUM UNMAP LBA COUNT: blocks over all descriptors of one UNMAP (cdb.h).
+inline uint32_t max_unmap_blocks(const Target& t) { return static_cast<uint32_t>(kMaxUnmapBytes / t.block_size); }
+
 // True when `count` blocks from `lba` lie on the disk (an empty range may sit at the end).
 inline bool lba_range_ok(const Target& t, uint64_t lba, uint64_t count) {
     return lba <= t.blocks && count <= t.blocks - lba;

@@ -46,10 +46,13 @@ bool parse_unmap_list(Command& cmd, const Target& t, uint16_t len, Ranges& range
         return false;
     }
     n = 0;
+    uint64_t total = 0;
     for (size_t i = 0; i < count; i++) {
         const uint8_t* d = &p[kHeader + i * kDescriptor];
         const Range r{get64(d), get32(d + 8)};
-        if (r.blocks > kMaxUnmapBlocks) {
+        // MAXIMUM UNMAP LBA COUNT bounds the sum over the list (SBC), not each descriptor.
+        total += r.blocks;
+        if (total > max_unmap_blocks(t)) {
             fail(cmd, kSenseIllegalRequest, kInvalidFieldInParameterList);
             return false;
         }

@@ -20,13 +20,13 @@ constexpr uint8_t kProtectMask = 0xE0, kAnchor = 0x10, kUnmapBit = 0x08, kLbdata
 // A pattern command holds one buffer of at most kPatternBytes, repeated in every iovec of
 // its requests. At most kMaxPatternWrites such commands run per disk; more are answered
 // BUSY (the guest retries), so a guest bounds neither host memory (a few MiB per disk) nor
-// the backend writes in flight (kMaxPatternWrites x kMaxWriteSameBlocks blocks).
+// the backend writes in flight (kMaxPatternWrites x kMaxWriteSameBytes).
 constexpr uint64_t kPatternBytes = 1 << 20;
 constexpr uint32_t kMaxPatternWrites = 4;
 // Each request covers up to kPatternSegments repeats of the buffer; enough of them that the
-// longest command at the largest block size needs at most kMaxFanout requests.
+// longest command needs at most kMaxFanout requests (today one).
 constexpr uint64_t kPatternSegments = 256;
-static_assert(uint64_t{kMaxWriteSameBlocks} * kMaxBlockSize / (kPatternBytes * kPatternSegments) <= kMaxFanout);
+static_assert(kMaxWriteSameBytes / (kPatternBytes * kPatternSegments) < kMaxFanout);
 static_assert(kPatternSegments <= 1024, "IOV_MAX");
 
 Started write_pattern(Command& cmd, const Target& t, uint64_t lba, uint64_t blocks,
@@ -93,7 +93,8 @@ Started start_write_same(Command& cmd, const Target& t) {
         return Started::Answered;
     }
     // Zero blocks would mean "to the end of the medium"; the Block Limits page says WSNZ.
-    if (blocks == 0 || blocks > kMaxWriteSameBlocks) {
+    // Above MAXIMUM WRITE SAME LENGTH: INVALID FIELD IN CDB (SBC), before any backend work.
+    if (blocks == 0 || blocks > max_write_same_blocks(t)) {
         fail_cdb(cmd);
         return Started::Answered;
     }

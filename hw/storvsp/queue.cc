@@ -22,7 +22,7 @@ bool version_known(uint16_t v) { return v == kVersionWin8 || v == kVersionWin8_1
 
 } // namespace
 
-Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index), log_(ctl.host_, ctl.cfg_.name + ": ") {
+Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index), log_(ctl.host_, ctl.cfg_.name + ": ", &ctl.guest_errors_) {
     const uint32_t n = ctl_.cfg_.max_outstanding_per_channel;
     const size_t max_pages = ctl_.cfg_.max_transfer_bytes / kPageSize + 1;
     pool_.resize(n);
@@ -101,7 +101,7 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     vmbus::ChannelRuntime::Options opt;
     opt.inline_rounds = ctl_.cfg_.inline_rounds;
     opt.max_packet = max_request_packet(ctl_.cfg_);
-    opt.error_budget = &ring_errors_;
+    opt.error_budget = &ctl_.guest_errors_;
     const auto& loops = ctl_.cfg_.loops;
     if (!loops.empty()) opt.loop = loops[queue_place(ctl_.cfg_, index_) % loops.size()];
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);

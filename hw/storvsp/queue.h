@@ -147,14 +147,13 @@ private:
 
     // Counted by the worker, read by stats() from any thread.
     vmbus::ChannelStats ring_stats_;
-    // The guest-error budget of this channel's runtimes, across reopens.
-    GuestErrorBudget ring_errors_;
     WorkerCounter srbs_, completions_, srb_errors_, bad_packets_, busy_;
     WorkerCounter reset_lun_, reset_bus_, reset_adapter_, enumerate_sent_, remove_device_sent_;
     std::atomic<uint32_t> resets_held_seen_{0}; // held_resets_.size(), for stats()
     std::atomic<uint32_t> outstanding_seen_{0}, max_outstanding_{0}; // worker stores, relaxed
 
-    // Worker thread only (its prefix is set in on_open, before the worker starts).
+    // Worker thread only (its prefix is set in on_open, before the worker starts). Draws on
+    // the controller's budget (Controller::guest_errors_), as the runtime's own lines do.
     GuestErrorLog log_;
     InitState state_ = InitState::Start;
     uint64_t session_ = 0; // Controller::session_ as of this queue's open

@@ -683,6 +683,10 @@ TEST_F(CAbiTest, HypercallReturnsAnErrorStatusOnAnException) {
     constexpr uint64_t kInput = 0x200000;
     constexpr uint64_t kPostMessage = 0x5C, kSignalEvent = 0x5D;
     constexpr uint64_t kInsufficientMemory = 0x000B;
+    // As Linux does before its first hypercall: without both the partition refuses the call
+    // before it touches the host.
+    ASSERT_EQ(hvstor_wrmsr(vb, 0, hvstor::hv::msr::kGuestOsId, 1), HVSTOR_MSR_HANDLED);
+    ASSERT_EQ(hvstor_wrmsr(vb, 0, hvstor::hv::msr::kHypercall, 0x300000 | 1), HVSTOR_MSR_HANDLED);
     StderrCapture cap;
     host.fault = TestHost::Throw::Runtime;
     EXPECT_EQ(hvstor_hypercall(vb, 0, kPostMessage, kInput, 0), kInsufficientMemory);
@@ -699,6 +703,19 @@ TEST_F(CAbiTest, HypercallReturnsAnErrorStatusOnAnException) {
     // And the partition still works.
     host.fault = TestHost::Throw::Nothing;
     EXPECT_EQ(hvstor_hypercall(vb, 0, 0xFFFF, 0, 0), 0x0002u);  // invalid hypercall code
+}
+
+// Hyper-V raises #UD for a hypercall with the page disabled; through the port the glue traps
+// the model answers HV_STATUS_OPERATION_DENIED instead (and never reaches the host).
+TEST_F(CAbiTest, HypercallWithoutTheHypercallPageIsDenied) {
+    constexpr uint64_t kOperationDenied = 0x0008, kSignalEventFast = 0x5D | (1u << 16);
+    host.fault = TestHost::Throw::Runtime; // would turn any host access into another status
+    EXPECT_EQ(hvstor_hypercall(vb, 0, kSignalEventFast, 1, 0), kOperationDenied);
+    host.fault = TestHost::Throw::Nothing;
+    ASSERT_EQ(hvstor_wrmsr(vb, 0, hvstor::hv::msr::kGuestOsId, 1), HVSTOR_MSR_HANDLED);
+    EXPECT_EQ(hvstor_hypercall(vb, 1, kSignalEventFast, 1, 0), kOperationDenied);
+    ASSERT_EQ(hvstor_wrmsr(vb, 0, hvstor::hv::msr::kHypercall, 0x300000 | 1), HVSTOR_MSR_HANDLED);
+    EXPECT_NE(hvstor_hypercall(vb, 1, kSignalEventFast, 1, 0), kOperationDenied);
 }
 
 // Enabling the hypercall page writes the stub into guest RAM through the host.

@@ -52,7 +52,10 @@ VmscsiRequest rw10(bool write, uint32_t lba, uint16_t blocks) {
 
 class MachineTest : public ::testing::Test {
 protected:
+    // As Linux does at every boot: hyperv_init() (a machine reset cleared the guest OS id
+    // and the hypercall page), the SynIC, then the VMBus handshake.
     void connect() {
+        g.enable_hypercalls();
         for (uint32_t vp = 0; vp < 2; vp++) g.enable_synic(vp);
         vmbus::InitiateContact c{};
         c.hdr.msgtype = uint32_t(vmbus::MsgType::InitiateContact);

@@ -7,6 +7,8 @@
 // (a ring or the message page) and storvsp packets into an opened channel's ring. A storvsp
 // controller with a RAM disk is offered, so opens start real channel workers.
 //
+// The guest starts as Linux does after hyperv_init() (guest OS id set, hypercall page
+// enabled); MSR records can clear either, and the partition then refuses hypercalls.
 // Input: a mode byte (bit 0: the guest takes its messages after every record, as a running
 // guest does; bits 1-2: the newest version the server speaks), then records (fuzz_common.h).
 // Checked: after the connection is reset no GPADL is left and no channel is open; every page
@@ -36,6 +38,7 @@ constexpr uint64_t kHoleStart = 0xC0000, kHoleEnd = 0xE0000;
 constexpr uint32_t kVps = 2;
 constexpr uint64_t kSimp = 0x2000, kSiefp = 0x3000, kPerVp = 0x2000; // vp v: + v * kPerVp
 constexpr uint64_t kInput = 0x8000;                                  // vp v: + v * 0x1000
+constexpr uint64_t kHypercallPage = 0x7000;
 constexpr uint64_t kRingPage0 = 16, kRingPages = 48;                 // where GPADL rings go
 constexpr uint8_t kVector = 0xF3;
 constexpr uint64_t kPostMessage = 0x5C, kSignalEvent = 0x5D, kFast = 1ull << 16;
@@ -75,6 +78,11 @@ public:
         sc.max_gpadls = 8;
         server_ = std::make_unique<Server>(part_.synic(), sc);
         part_.set_message_handler(server_.get());
+        // As Linux's hyperv_init(): a guest OS id and the hypercall page first, without which
+        // every hypercall is refused (kMsr records may turn them off again).
+        wrmsr(0, hv::msr::kGuestOsId, 0x810000060c000000ull);
+        wrmsr(0, hv::msr::kHypercall, kHypercallPage | 1);
+        FUZZ_CHECK(part_.hypercall_page_enabled());
         for (uint32_t vp = 0; vp < kVps; vp++) {
             wrmsr(vp, hv::msr::kSimp, simp(vp) | 1);
             wrmsr(vp, hv::msr::kSiefp, siefp(vp) | 1);

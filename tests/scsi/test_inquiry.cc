@@ -146,9 +146,9 @@ TEST_F(InquiryTest, BlockLimits) {
     EXPECT_EQ(get_be(d + 2, 2), 0x3Cu);
     EXPECT_EQ(io.cmd.data_transferred, 64u);
     EXPECT_EQ(get_be(d + 8, 4), 1024u);  // 512 KiB / 512
-    EXPECT_GT(get_be(d + 20, 4), 0u);    // max unmap LBA count
-    EXPECT_GT(get_be(d + 24, 4), 0u);    // max unmap descriptors
-    EXPECT_GT(get_be(d + 36, 8), 0u);    // max write same length
+    EXPECT_EQ(get_be(d + 20, 4), 0x400000u);  // max unmap LBA count: 2 GiB per command
+    EXPECT_EQ(get_be(d + 24, 4), 64u);        // max unmap descriptors
+    EXPECT_EQ(get_be(d + 36, 8), 1024u);      // max write same length: the max transfer (<= 8 MiB)
 }
 
 TEST_F(InquiryTest, CharacteristicsAndProvisioning) {

@@ -155,22 +155,22 @@ TEST_F(UnmapFake, WriteSameMapsToDiscardOrZeroes) {
     EXPECT_EQ(be.seen.back().length, 4u * 512);
 }
 
-// Each pattern command holds a buffer and makes the backend write up to 2 GiB: only a few
-// run at once per disk, the rest are answered BUSY, and a finished one makes room.
+// Each pattern command holds a buffer and makes the backend write up to a transfer's worth:
+// only a few run at once per disk, the rest are answered BUSY, and a finished one makes room.
 TEST_F(UnmapFake, PatternWriteSamesInFlightAreBounded) {
     be.defer = true;
     std::vector<std::unique_ptr<Io>> ios;
-    for (int i = 0; i < 6; i++) ios.push_back(write_same(true, 0, 2048, 0, 0x5C));
+    for (int i = 0; i < 6; i++) ios.push_back(write_same(true, 0, 512, 0, 0x5C));
     for (auto& io : ios) rig.disk.submit(&io->cmd);
     rig.sink.wait_total(2); // the two past the bound complete at once
     EXPECT_EQ(ios[4]->status(), kStatusBusy);
     EXPECT_EQ(ios[5]->status(), kStatusBusy);
     const size_t held = be.seen.size();
-    EXPECT_EQ(held, 4u) << "one request each: 2048 blocks fit in one";
+    EXPECT_EQ(held, 4u) << "one request each: 512 blocks fit in one";
     be.release();
     rig.sink.wait_total(6);
     for (int i = 0; i < 4; i++) EXPECT_EQ(ios[size_t(i)]->status(), kStatusGood);
-    auto again = write_same(true, 0, 2048, 0, 0x5C);
+    auto again = write_same(true, 0, 512, 0, 0x5C);
     rig.disk.submit(&again->cmd);
     EXPECT_EQ(be.seen.size(), held + 1) << "room again once they finished";
     be.release();
@@ -196,6 +196,92 @@ TEST_F(UnmapFake, WriteSameBadCdbs) {
     EXPECT_TRUE(be.seen.empty());
 }
 
+// The work one command may ask for is bounded and advertised (Block Limits VPD): MAXIMUM
+// WRITE SAME LENGTH, the maximum transfer length capped at 8 MiB as on Hyper-V, for every
+// pattern; MAXIMUM UNMAP LBA COUNT, 2 GiB over all of an UNMAP's descriptors. At the limit a
+// command runs; above it, it is refused with the sense SBC names and no backend I/O.
+struct WorkLimits : ::testing::Test {
+    FakeBackend be{8ull << 30}; // records requests, holds no data: room for 2 GiB ranges
+    void expect_refused(DiskRig& rig, Io& io, uint8_t asc) {
+        const size_t before = be.seen.size();
+        rig.run(io);
+        EXPECT_EQ(io.status(), kStatusCheckCondition);
+        EXPECT_EQ(io.key(), kSenseIllegalRequest);
+        EXPECT_EQ(io.asc(), asc);
+        EXPECT_EQ(io.ascq(), 0);
+        EXPECT_EQ(be.seen.size(), before) << "no backend I/O";
+    }
+    uint64_t vpd(DiskRig& rig, size_t at, size_t bytes) {
+        Io io(inquiry(true, 0xB0, 64), Dir::FromDevice, 64);
+        rig.run(io);
+        EXPECT_EQ(io.status(), kStatusGood);
+        return get_be(io.buf.data() + at, bytes);
+    }
+};
+
+TEST_F(WorkLimits, WriteSameUpToTheMaximumTransferLength) {
+    DiskRig rig{be}; // max transfer 256 KiB: 512 blocks
+    ASSERT_EQ(vpd(rig, 36, 8), 512u) << "MAXIMUM WRITE SAME LENGTH";
+    // At the limit, each kind: zeros, unmap, a pattern (written out), WRITE SAME(10).
+    const struct {
+        bool sixteen;
+        uint8_t flags, fill;
+        Op op;
+    } kinds[] = {{true, 0, 0, Op::WriteZeroes}, {true, 0x08, 0, Op::Discard}, {true, 0, 0x5C, Op::Write},
+                 {false, 0, 0, Op::WriteZeroes}, {false, 0x08, 0x5C, Op::Write}};
+    for (const auto& k : kinds) {
+        auto at = write_same(k.sixteen, 1000, 512, k.flags, k.fill);
+        rig.run(*at);
+        ASSERT_EQ(at->status(), kStatusGood);
+        EXPECT_EQ(be.seen.back().op, k.op);
+        EXPECT_EQ(be.seen.back().offset, 1000u * 512);
+        EXPECT_EQ(be.seen.back().length, 512u * 512);
+        auto above = write_same(k.sixteen, 1000, 513, k.flags, k.fill);
+        expect_refused(rig, *above, 0x24); // INVALID FIELD IN CDB
+    }
+    // The command: a non-zero pattern over 2 GiB.
+    auto huge = write_same(true, 0, 0x400000, 0, 0x5C);
+    expect_refused(rig, *huge, 0x24);
+}
+
+TEST_F(WorkLimits, WriteSameIsCappedAt8MiBWhateverTheTransferLength) {
+    DiskConfig cfg;
+    cfg.max_transfer_bytes = 64 << 20;
+    DiskRig rig{be, cfg};
+    ASSERT_EQ(vpd(rig, 8, 4), (64u << 20) / 512) << "MAXIMUM TRANSFER LENGTH";
+    ASSERT_EQ(vpd(rig, 36, 8), (8u << 20) / 512) << "MAXIMUM WRITE SAME LENGTH";
+    auto at = write_same(true, 0, 16384, 0, 0x5C);
+    rig.run(*at);
+    ASSERT_EQ(at->status(), kStatusGood);
+    EXPECT_EQ(be.seen.back().length, 8u << 20);
+    auto above = write_same(true, 0, 16385, 0x08, 0);
+    expect_refused(rig, *above, 0x24);
+}
+
+TEST_F(WorkLimits, UnmapUpTo2GiBPerCommand) {
+    DiskRig rig{be};
+    ASSERT_EQ(vpd(rig, 20, 4), 0x400000u) << "MAXIMUM UNMAP LBA COUNT: 2 GiB of 512-byte blocks";
+    ASSERT_EQ(vpd(rig, 24, 4), 64u) << "MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT";
+    auto one = unmap_io(unmap_params({{0, 0x400000}}));
+    rig.run(*one);
+    ASSERT_EQ(one->status(), kStatusGood);
+    EXPECT_EQ(be.seen.back().length, 2ull << 30);
+    // The count is the sum over the list: two halves at the limit, one block more above it.
+    auto halves = unmap_io(unmap_params({{0, 0x200000}, {0x800000, 0x200000}}));
+    rig.run(*halves);
+    ASSERT_EQ(halves->status(), kStatusGood);
+    const size_t seen = be.seen.size();
+    auto over = unmap_io(unmap_params({{0, 0x200000}, {0x800000, 0x200000}, {0xA00000, 1}}));
+    expect_refused(rig, *over, 0x26); // INVALID FIELD IN PARAMETER LIST
+    std::vector<Desc> many(64, {0, 0x10000});
+    many.push_back({0, 0x10000});
+    auto too_many = unmap_io(unmap_params(many));
+    expect_refused(rig, *too_many, 0x26);
+    auto one_over = unmap_io(unmap_params({{0, 0x400001}}));
+    expect_refused(rig, *one_over, 0x26);
+    EXPECT_EQ(be.seen.size(), seen);
+}
+
 TEST(UnmapReadOnly, DataProtect) {
     FakeBackend be(1 << 20, true);
     DiskRig rig{be};
@@ -211,7 +297,9 @@ TEST(UnmapReadOnly, DataProtect) {
 
 // On real backends the ranges read back as zeros afterwards.
 void zeroing(Backend& be) {
-    DiskRig rig{be};
+    DiskConfig cfg;
+    cfg.max_transfer_bytes = 8 << 20; // WRITE SAME of up to 8 MiB
+    DiskRig rig{be, cfg};
     const uint32_t blocks = static_cast<uint32_t>(be.size() / 512);
     Io fill(cdb10(0x2A, 0, 256), Dir::ToDevice, 256 * 512);
     std::fill(fill.buf.begin(), fill.buf.end(), 0xA5);
@@ -234,8 +322,8 @@ void zeroing(Backend& be) {
         ASSERT_EQ(back.buf[b * 512], zero ? 0 : 0xA5) << b;
         ASSERT_EQ(back.buf[b * 512 + 511], zero ? 0 : 0xA5) << b;
     }
-    // A pattern over more blocks than one request carries.
-    const uint32_t n = std::min<uint32_t>(blocks - 300, 2048 * 32 + 777);
+    // A pattern over more blocks than its buffer (1 MiB) holds: one buffer, many iovecs.
+    const uint32_t n = std::min<uint32_t>(blocks - 300, 16384);
     auto pat = write_same(true, 300, n, 0, 0);
     for (size_t i = 0; i < 512; i++) pat->buf[i] = static_cast<uint8_t>(i + 1);
     rig.run(*pat);

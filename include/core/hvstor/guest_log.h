@@ -1,9 +1,11 @@
 // Reports a guest's protocol violations, one line each naming where, the field and its
 // value ("relid 3: SRB cdb_length 20 > 16"), through Host::guest_error (QEMU: LOG_GUEST_ERROR).
 // A guest can make every packet bad, so each reporter lets through a burst of lines and then
-// one line per second, and says how many it held back. A reporter that lives shorter than
-// what it reports on (a channel's runtime, made anew on every OPENCHANNEL) draws on a budget
-// that outlives it: a guest that reopens a channel in a loop gets no fresh burst each time.
+// one line per second, and says how many it held back. Reporters that live shorter than what
+// they report on (a channel's runtime, made anew on every OPENCHANNEL) or that share one
+// device (the channels of a controller) draw on one budget that outlives them all: a guest
+// that reopens a channel in a loop, or breaks every channel at once, gets one burst and then
+// one line a second for the whole device. Time comes from Host::now(), which tests move by hand.
 #pragma once
 
 #include <chrono>
@@ -16,14 +18,13 @@
 
 namespace hvstor {
 
-// How many lines may go out now; any thread.
+// How many lines may go out now; any thread (two vCPUs and the channels' workers race).
 class GuestErrorBudget {
 public:
     static constexpr int kBurst = 20;
 
-    // True when a line may go out now; `held` is then how many were held back before it.
-    bool take(unsigned long& held) {
-        const auto now = std::chrono::steady_clock::now();
+    // True when a line may go out at `now`; `held` is then how many were held back before it.
+    bool take(std::chrono::steady_clock::time_point now, unsigned long& held) {
         std::lock_guard lock(mu_);
         if (now - window_ >= std::chrono::seconds(1)) {
             window_ = now;
@@ -66,7 +67,7 @@ public:
     }
     [[gnu::format(printf, 2, 0)]] void vlog(const char* fmt, va_list ap) {
         unsigned long held = 0;
-        if (!budget_.take(held)) return;
+        if (!budget_.take(host_.now(), held)) return;
         char msg[256];
         std::vsnprintf(msg, sizeof msg, fmt, ap);
         std::string line = prefix_ + msg;

@@ -4,6 +4,7 @@
 // Host. QEMU implements it in the glue; tests implement it with a fake guest.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -44,6 +45,10 @@ public:
     // Any thread. QEMU logs it under LOG_GUEST_ERROR (-d guest_errors). Callers rate-limit
     // (hvstor/guest_log.h).
     virtual void guest_error(const char* line) { (void)line; }
+
+    // The monotonic clock of the model's own bookkeeping (the guest-error lines' rate
+    // limit); any thread. Tests give a clock they move by hand, so no test sleeps.
+    virtual std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
 
     // Called about every millisecond by a thread that waits for the device model's own
     // threads (a machine reset waiting for the channels' closes): runs, without blocking,

@@ -11,6 +11,9 @@ enum class Status : uint16_t {
     InvalidHypercallInput = 0x0003,
     InvalidAlignment = 0x0004,
     InvalidParameter = 0x0005,
+    // "The operation is not allowed in the current state": a hypercall before the guest set
+    // its guest OS id and enabled the hypercall page (Hyper-V raises #UD; see Partition).
+    OperationDenied = 0x0008,
     InsufficientMemory = 0x000B,
     InvalidPortId = 0x0011,
     InvalidConnectionId = 0x0012,

@@ -64,7 +64,9 @@ public:
     MsrResult wrmsr(uint32_t vp, uint32_t msr, uint64_t val);
 
     // A hypercall from vCPU `vp`: control (RCX), input (GPA or fast operand),
-    // output (GPA or second fast operand). Returns the value for RAX.
+    // output (GPA or second fast operand). Returns the value for RAX. Refused with
+    // OperationDenied (counted, logged) until the guest set a guest OS id and enabled the
+    // hypercall page, where Hyper-V raises #UD.
     uint64_t hypercall(uint32_t vp, uint64_t control, uint64_t input, uint64_t output);
 
     bool hypercall_page_enabled() const;
@@ -79,6 +81,8 @@ private:
     using Why = char[kWhyLen];
     Status post_message(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why);
     Status signal_event(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why);
+    // Why hypercalls are off now (no guest OS id, or the page disabled); null when they are on.
+    const char* hypercalls_off() const;
     // Counts and logs an MSR access the guest gets #GP for. Under mu_.
     MsrResult msr_fault_locked(uint32_t vp, const char* access, uint32_t msr, uint64_t val, const char* why);
 

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hvstor/guest_log.h"
 #include "hvstor/host.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/protocol.h"
@@ -198,6 +199,11 @@ private:
     // refuses one that is not a target of an IDE channel).
     uint16_t target_ = 0;
     std::atomic<uint64_t> subchannels_offered_{0};
+
+    // The guest-error lines of every channel of this controller, over every open and close:
+    // a guest that reopens channels in a loop, or breaks all of them at once, gets one burst
+    // and then one line a second. Declared before channels_, so it outlives their workers.
+    GuestErrorBudget guest_errors_;
 
     mutable std::mutex mu_;  // channels_
     // Read on every request by every channel's worker: no lock on that path.

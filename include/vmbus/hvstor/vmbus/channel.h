@@ -85,7 +85,7 @@ struct ChannelOptions {
     // request. A longer one is an impossible descriptor, and the channel stops.
     uint32_t max_packet = kMaxIncomingPacket;
     // The budget of the runtime's guest-error lines, when it must outlive the runtime (the
-    // channel's owner keeps it across reopens); null: the runtime's own.
+    // device's, shared by all its channels over every reopen); null: the runtime's own.
     GuestErrorBudget* error_budget = nullptr;
 };
 
