@@ -50,7 +50,7 @@ void Partition::reset() {
     {
         std::lock_guard lock(mu_);
         guest_os_id_ = 0;
-        hypercall_msr_ = 0;
+        set_hypercall_msr_locked(0);
         tsc_invariant_control_ = 0;
         std::fill(vp_assist_.begin(), vp_assist_.end(), 0);
     }
@@ -61,9 +61,11 @@ void Partition::cpuid(uint32_t leaf, uint32_t subleaf, CpuidRegs& regs) const {
     apply_cpuid(cpuid_, leaf, subleaf, regs);
 }
 
-bool Partition::hypercall_page_enabled() const {
-    std::lock_guard lock(mu_);
-    return hypercall_msr_ & kHypercallEnable;
+bool Partition::hypercall_page_enabled() const { return hypercalls_on_.load(std::memory_order_acquire); }
+
+void Partition::set_hypercall_msr_locked(uint64_t v) {
+    hypercall_msr_ = v;
+    hypercalls_on_.store(v & kHypercallEnable, std::memory_order_release);
 }
 
 // Hyper-V (TLFS, "Establishing the hypercall interface") answers a hypercall with #UD until
@@ -131,7 +133,8 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
     switch (m) {
     case msr::kGuestOsId:
         guest_os_id_ = val;
-        if (val == 0) hypercall_msr_ &= ~kHypercallEnable; // TLFS: clearing it disables the page
+        // TLFS: clearing it disables the page.
+        if (val == 0) set_hypercall_msr_locked(hypercall_msr_ & ~kHypercallEnable);
         return MsrResult::Handled;
     case msr::kHypercall: {
         if (hypercall_msr_ & kHypercallLocked) return MsrResult::Handled; // ignored once locked
@@ -143,7 +146,7 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
             if (!host_.write_gpa(next & kPageMask, stub.data(), stub.size()))
                 return msr_fault_locked(vp, "wrmsr", m, val, "the hypercall page is not guest RAM");
         }
-        hypercall_msr_ = next;
+        set_hypercall_msr_locked(next);
         return MsrResult::Handled;
     }
     case msr::kVpIndex: return msr_fault_locked(vp, "wrmsr", m, val, "read-only");
@@ -165,9 +168,11 @@ uint64_t Partition::hypercall(uint32_t vp, uint64_t control, uint64_t input, uin
     if (vp >= cfg_.nr_vps) {
         st = Status::InvalidParameter;
         refuse(why, kWhyLen, st, "no such VP");
-    } else if (const char* off = hypercalls_off()) {
+    } else if (!hypercalls_on_.load(std::memory_order_acquire)) {
         st = Status::OperationDenied;
-        refuse(why, kWhyLen, st, "call code 0x%x %s (Hyper-V raises #UD)", unsigned(c.code()), off);
+        const char* off = hypercalls_off();
+        refuse(why, kWhyLen, st, "call code 0x%x %s (Hyper-V raises #UD)", unsigned(c.code()),
+               off ? off : "while the guest was turning hypercalls on");
     } else if (c.rep_count() != 0 || c.rep_start() != 0 || c.var_header_size() != 0) {
         st = Status::InvalidHypercallInput; // neither call is a rep or variable-size call
         refuse(why, kWhyLen, st, "rep count %u, rep start %u, variable header %u (want 0, 0, 0)",

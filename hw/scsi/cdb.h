@@ -81,6 +81,46 @@ inline void put64(uint8_t* p, uint64_t v) {
     put32(p + 4, static_cast<uint32_t>(v));
 }
 
+// READ (6, 10, 12, 16); WRITE (6, 10, 12, 16).
+inline bool is_read_op(uint8_t o) { return o == op::kRead6 || o == op::kRead10 || o == op::kRead12 || o == op::kRead16; }
+inline bool is_write_op(uint8_t o) {
+    return o == op::kWrite6 || o == op::kWrite10 || o == op::kWrite12 || o == op::kWrite16;
+}
+
+// The LBA and block count of a command that carries them in READ's layout for its CDB
+// size: READ and WRITE (6, 10, 12, 16), VERIFY and WRITE SAME (10, 16). A 6-byte length of
+// 0 means 256 blocks. False for any other command; lba and blocks are then untouched.
+inline bool block_extent(const uint8_t* c, uint64_t& lba, uint64_t& blocks) {
+    switch (c[0]) {
+    case op::kRead6:
+    case op::kWrite6:
+        lba = (c[1] & 0x1Fu) << 16 | c[2] << 8 | c[3];
+        blocks = c[4] == 0 ? 256 : c[4];
+        return true;
+    case op::kRead10:
+    case op::kWrite10:
+    case op::kVerify10:
+    case op::kWriteSame10:
+        lba = get32(&c[2]);
+        blocks = get16(&c[7]);
+        return true;
+    case op::kRead12:
+    case op::kWrite12:
+        lba = get32(&c[2]);
+        blocks = get32(&c[6]);
+        return true;
+    case op::kRead16:
+    case op::kWrite16:
+    case op::kVerify16:
+    case op::kWriteSame16:
+        lba = get64(&c[2]);
+        blocks = get32(&c[10]);
+        return true;
+    default:
+        return false;
+    }
+}
+
 // Length of a CDB from its group code; 0 for the groups with no fixed length.
 uint8_t cdb_size(uint8_t opcode);
 

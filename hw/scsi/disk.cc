@@ -36,37 +36,9 @@ Kind kind_of(uint8_t opcode) {
 // in blocks), the transfer length in bytes for the others.
 void trace_command(const Command& cmd, const DiskConfig& cfg) {
     if (!tracing()) return;
-    const uint8_t* c = cmd.cdb.data();
     uint64_t lba = 0, len = cmd.xfer_len;
-    switch (c[0]) {
-    case detail::op::kRead6:
-    case detail::op::kWrite6:
-        lba = (c[1] & 0x1Fu) << 16 | c[2] << 8 | c[3];
-        len = c[4] == 0 ? 256 : c[4];
-        break;
-    case detail::op::kRead10:
-    case detail::op::kWrite10:
-    case detail::op::kVerify10:
-    case detail::op::kWriteSame10:
-        lba = detail::get32(&c[2]);
-        len = detail::get16(&c[7]);
-        break;
-    case detail::op::kRead12:
-    case detail::op::kWrite12:
-        lba = detail::get32(&c[2]);
-        len = detail::get32(&c[6]);
-        break;
-    case detail::op::kRead16:
-    case detail::op::kWrite16:
-    case detail::op::kVerify16:
-    case detail::op::kWriteSame16:
-        lba = detail::get64(&c[2]);
-        len = detail::get32(&c[10]);
-        break;
-    default:
-        break;
-    }
-    trace<HVSTOR_TRACE_scsi_command>(cfg.trace_id, cfg.lun, c[0], lba, len);
+    detail::block_extent(cmd.cdb.data(), lba, len);
+    trace<HVSTOR_TRACE_scsi_command>(cfg.trace_id, cfg.lun, cmd.cdb[0], lba, len);
 }
 
 // hvstor_scsi_status: the disk's own answer (fixed-format sense: key, ASC, ASCQ).

@@ -9,40 +9,6 @@ namespace hvstor::scsi {
 
 namespace {
 
-// The blocks a read or write touches; false for other commands.
-bool extent(const Command& cmd, uint64_t& lba, uint64_t& blocks) {
-    const uint8_t* c = cmd.cdb.data();
-    using namespace detail;
-    switch (c[0]) {
-    case op::kRead6:
-    case op::kWrite6:
-        lba = (c[1] & 0x1Fu) << 16 | c[2] << 8 | c[3];
-        blocks = c[4] ? c[4] : 256;
-        return true;
-    case op::kRead10:
-    case op::kWrite10:
-        lba = get32(&c[2]);
-        blocks = get16(&c[7]);
-        return true;
-    case op::kRead12:
-    case op::kWrite12:
-        lba = get32(&c[2]);
-        blocks = get32(&c[6]);
-        return true;
-    case op::kRead16:
-    case op::kWrite16:
-        lba = get64(&c[2]);
-        blocks = get32(&c[10]);
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool is_read(uint8_t opcode) {
-    using namespace detail::op;
-    return opcode == kRead6 || opcode == kRead10 || opcode == kRead12 || opcode == kRead16;
-}
 bool is_flush(uint8_t opcode) { return opcode == detail::op::kSyncCache10 || opcode == detail::op::kSyncCache16; }
 
 } // namespace
@@ -83,9 +49,11 @@ void FaultInjector::suspend(bool on) {
 bool FaultInjector::matches(const Command& cmd) const {
     const uint8_t opcode = cmd.cdb[0];
     if (is_flush(opcode)) return spec_.flushes;
-    uint64_t lba, blocks;
-    if (!extent(cmd, lba, blocks)) return false;
-    if (!(is_read(opcode) ? spec_.reads : spec_.writes)) return false;
+    const bool read = detail::is_read_op(opcode);
+    if (!read && !detail::is_write_op(opcode)) return false; // reads and writes only
+    if (!(read ? spec_.reads : spec_.writes)) return false;
+    uint64_t lba = 0, blocks = 0;
+    detail::block_extent(cmd.cdb.data(), lba, blocks);
     // Touches [lba_first, lba_last]: starts at or before its end and ends after its start.
     return lba <= spec_.lba_last && (blocks == 0 ? lba : lba + blocks - 1) >= spec_.lba_first;
 }
@@ -130,7 +98,7 @@ FaultInjector::Verdict FaultInjector::inject(Command& cmd) {
     switch (spec_.action) {
     case A::MediumError:
         cmd.data_transferred = 0;
-        if (is_read(cmd.cdb[0])) fail(cmd, kSenseMediumError, kUnrecoveredReadError);
+        if (detail::is_read_op(cmd.cdb[0])) fail(cmd, kSenseMediumError, kUnrecoveredReadError);
         else fail(cmd, kSenseMediumError, kWriteError);
         return Verdict::Answered;
     case A::NotReady:

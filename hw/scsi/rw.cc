@@ -26,37 +26,9 @@ void prepare(Command& cmd, const Target& t, backend::Op op) {
 Started start_read_write(Command& cmd, const Target& t) {
     const uint8_t* c = cmd.cdb.data();
     Extent e;
-    bool fua = false, write = false;
-    switch (c[0]) {
-    case op::kWrite6:
-        write = true;
-        [[fallthrough]];
-    case op::kRead6:
-        e.lba = (c[1] & 0x1Fu) << 16 | c[2] << 8 | c[3];
-        e.blocks = c[4] == 0 ? 256 : c[4];  // the 6-byte form cannot say 0
-        break;
-    case op::kWrite10:
-        write = true;
-        [[fallthrough]];
-    case op::kRead10:
-        e.lba = get32(&c[2]);
-        e.blocks = get16(&c[7]);
-        break;
-    case op::kWrite12:
-        write = true;
-        [[fallthrough]];
-    case op::kRead12:
-        e.lba = get32(&c[2]);
-        e.blocks = get32(&c[6]);
-        break;
-    case op::kWrite16:
-        write = true;
-        [[fallthrough]];
-    case op::kRead16:
-        e.lba = get64(&c[2]);
-        e.blocks = get32(&c[10]);
-        break;
-    default:
+    bool fua = false;
+    const bool write = is_write_op(c[0]);
+    if ((!write && !is_read_op(c[0])) || !block_extent(c, e.lba, e.blocks)) {
         fail(cmd, kSenseIllegalRequest, kInvalidOpcode);
         return Started::Answered;
     }
@@ -105,9 +77,8 @@ void emulate_verify(Command& cmd, const Target& t) {
         fail_cdb(cmd);
         return;
     }
-    const bool sixteen = c[0] == op::kVerify16;
-    const uint64_t lba = sixteen ? get64(&c[2]) : get32(&c[2]);
-    const uint64_t blocks = sixteen ? get32(&c[10]) : get16(&c[7]);
+    uint64_t lba = 0, blocks = 0;
+    block_extent(c, lba, blocks);
     if (!lba_range_ok(t, lba, blocks)) {
         fail(cmd, kSenseIllegalRequest, kLbaOutOfRange);
         return;

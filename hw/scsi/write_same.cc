@@ -86,8 +86,8 @@ Started start_write_same(Command& cmd, const Target& t) {
     const bool sixteen = c[0] == op::kWriteSame16;
     const bool unmap = c[1] & kUnmapBit;
     const bool ndob = sixteen && (c[1] & kNdob);
-    const uint64_t lba = sixteen ? get64(&c[2]) : get32(&c[2]);
-    const uint64_t blocks = sixteen ? get32(&c[10]) : get16(&c[7]);
+    uint64_t lba = 0, blocks = 0;
+    block_extent(c, lba, blocks);
     if ((c[1] & (kProtectMask | kAnchor | kLbdataPbdata)) || (!sixteen && (c[1] & kNdob))) {
         fail_cdb(cmd);
         return Started::Answered;

@@ -7,12 +7,15 @@
 //   perf-sim bench              cost per IO through the model on the host clock
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
+#include "hvstor/perf/vm.h"
+#include "hvstor/trace.h"
 #include "load.h"
 
 using namespace hvstor;
@@ -173,16 +176,39 @@ void timed_loop(const char* settings, uint32_t qd) {
                 double(n1 - n0) / secs, (c1 - c0) * 1e9 / double(n1 - n0), ms(s.latency.p50), ms(s.latency.p99));
 }
 
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+void discard_event(void*, HvstorTraceEvent, const uint64_t*) {}
+
 int bench() {
     std::string err;
     auto null = backend::make_null(uint64_t(1) << 30, err);
-    const double base = inline_ns_per_io(*null);
     ModelConfig cfg;
     auto model = make_model(backend::make_null(uint64_t(1) << 30, err), cfg, nullptr, nullptr, err);
-    const double through = inline_ns_per_io(*model);
-    std::printf("single thread, batches of 32, completions inline (no caps, no latency):\n");
-    std::printf("  null alone          %6.1f ns per IO\n", base);
-    std::printf("  model over null     %6.1f ns per IO (+%.1f)\n", through, through - base);
+    // As a model object makes it: a group of one, its caps passed after the disk's own.
+    auto grouped = make_model(backend::make_null(uint64_t(1) << 30, err), cfg, nullptr, VmLimits::group(cfg), err);
+    static const TraceSink kDiscard{discard_event, nullptr};
+    // Interleaved rounds, medians: the host's speed drifts between runs.
+    constexpr int kRepeats = 5;
+    std::vector<double> base, through, group, traced;
+    for (int i = 0; i < kRepeats; i++) {
+        base.push_back(inline_ns_per_io(*null));
+        through.push_back(inline_ns_per_io(*model));
+        group.push_back(inline_ns_per_io(*grouped));
+        set_trace_sink(&kDiscard);
+        traced.push_back(inline_ns_per_io(*model));
+        set_trace_sink(nullptr);
+    }
+    const double b = median(base), m = median(through), g = median(group), t = median(traced);
+    std::printf("single thread, batches of 32, completions inline (no caps, no latency), medians of %d:\n",
+                kRepeats);
+    std::printf("  null alone          %6.1f ns per IO\n", b);
+    std::printf("  model over null     %6.1f ns per IO (+%.1f)\n", m, m - b);
+    std::printf("  as a model object   %6.1f ns per IO (x%.2f the model's)\n", g, g / m);
+    std::printf("  with a trace sink   %6.1f ns per IO (x%.2f the model's)\n", t, t / m);
     std::printf("closed loop through the timer thread (host clock):\n");
     timed_loop("latency=20us", 64);
     timed_loop("latency=100us", 256);

@@ -40,6 +40,12 @@ struct TwoDisks {
         la = std::make_unique<Load>(*a, std::vector<test::JobSpec>{{Op::Read, bs, qd}});
         lb = std::make_unique<Load>(*b, std::vector<test::JobSpec>{{Op::Read, bs, qd}});
     }
+    // Both disks loaded from now on; the IOPS of each between from and to.
+    std::pair<double, double> both_rates(Nanos from, Nanos to) {
+        la->start_all();
+        lb->start_all();
+        return rates(from, to);
+    }
     // IOPS of each disk between from and to.
     std::pair<double, double> rates(Nanos from, Nanos to) {
         clock.run_until(from);
@@ -58,9 +64,7 @@ struct TwoDisks {
 
 TEST(PerfVm, CapSharedAcrossTwoDisks) {
     TwoDisks t("iops=6000", "iops=5000,latency=1ms", "iops=5000,latency=1ms");
-    t.la->start_all();
-    t.lb->start_all();
-    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    const auto [ra, rb] = t.both_rates(kSec, 11 * kSec);
     EXPECT_NEAR(ra + rb, 6000, 60);
     EXPECT_NEAR(ra, 3000, 150);
     EXPECT_NEAR(rb, 3000, 150);
@@ -78,18 +82,14 @@ TEST(PerfVm, ADiskAloneIsHeldByItsOwnCap) {
 
 TEST(PerfVm, DiskCapsApplyFirst) {
     TwoDisks t("iops=6000", "iops=1000,latency=1ms", "iops=10000,latency=1ms");
-    t.la->start_all();
-    t.lb->start_all();
-    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    const auto [ra, rb] = t.both_rates(kSec, 11 * kSec);
     EXPECT_NEAR(ra, 1000, 10);
     EXPECT_NEAR(rb, 5000, 60);
 }
 
 TEST(PerfVm, BandwidthCapShared) {
     TwoDisks t("mbps=100", "mbps=80,latency=1ms", "mbps=80,latency=1ms", 16, 64 * 1024);
-    t.la->start_all();
-    t.lb->start_all();
-    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    const auto [ra, rb] = t.both_rates(kSec, 11 * kSec);
     EXPECT_NEAR((ra + rb) * 64 * 1024, 100e6, 1e6);
 }
 
@@ -101,9 +101,7 @@ TEST(PerfVm, VmBurstCredits) {
     const Stats s0 = t.a->stats();
     EXPECT_TRUE(s0.vm_credits.enabled);
     EXPECT_DOUBLE_EQ(s0.vm_credits.iops_capacity, (32000.0 - 25600) * 10);
-    t.la->start_all();
-    t.lb->start_all();
-    auto [ra, rb] = t.rates(kSec, 5 * kSec);
+    auto [ra, rb] = t.both_rates(kSec, 5 * kSec);
     EXPECT_NEAR(ra + rb, 32000, 320);
     std::tie(ra, rb) = t.rates(15 * kSec, 25 * kSec);
     EXPECT_NEAR(ra + rb, 25600, 256);
@@ -121,9 +119,7 @@ std::shared_ptr<VmLimits> group_of(const std::string& settings) {
 TEST(PerfGroup, CapSharedByTheDisksOfOneModel) {
     const std::string model = "iops=5000,latency=1ms";
     TwoDisks t(group_of(model), model, model);
-    t.la->start_all();
-    t.lb->start_all();
-    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    const auto [ra, rb] = t.both_rates(kSec, 11 * kSec);
     EXPECT_NEAR(ra + rb, 5000, 50);
     EXPECT_NEAR(ra, 2500, 150);
     EXPECT_NEAR(rb, 2500, 150);
@@ -142,15 +138,11 @@ TEST(PerfGroup, ChainedToTheVmsCaps) {
     // Each disk alone could do 2000 and the VM 3000: the group's 2000 holds the pair.
     const std::string model = "iops=2000,latency=1ms";
     TwoDisks t(VmLimits::chain(group_of(model), make_vm("iops=3000")), model, model);
-    t.la->start_all();
-    t.lb->start_all();
-    const auto [ra, rb] = t.rates(kSec, 11 * kSec);
+    const auto [ra, rb] = t.both_rates(kSec, 11 * kSec);
     EXPECT_NEAR(ra + rb, 2000, 20);
     // And the VM's caps still hold behind the group's.
     TwoDisks u(VmLimits::chain(group_of("iops=5000"), make_vm("iops=3000")), model, model);
-    u.la->start_all();
-    u.lb->start_all();
-    const auto [ua, ub] = u.rates(kSec, 11 * kSec);
+    const auto [ua, ub] = u.both_rates(kSec, 11 * kSec);
     EXPECT_NEAR(ua + ub, 3000, 30);
     EXPECT_EQ(VmLimits::chain(nullptr, t.vm), t.vm);
     // A group alone reports no VM credits (burst credits of the group are not the VM's).

@@ -46,6 +46,15 @@ protected:
         EXPECT_EQ(bus.open(c.relid, kRings, kPages), vmbus::kStatusSuccess);
         return c;
     }
+    // CREATE_SUB_CHANNELS for `n` on the primary `c`: the operation status of the answer. The
+    // offers follow it, from the channel's worker.
+    uint32_t ask_subchannels(StorvscRings::Chan& c, uint16_t n) {
+        storvsp::VstorPacket v{};
+        v.operation = uint32_t(storvsp::Operation::CreateSubChannels);
+        v.sub_channel_count = n;
+        guest.send(c, v);
+        return guest.wait(c).pkt.status;
+    }
 
     FakeHost host;
     LoopbackBus bus;

@@ -59,12 +59,7 @@ TEST_F(StorvspBusTest, HandshakeThenDataRoundTrip) {
 TEST_F(StorvspBusTest, SubchannelsAreOfferedOnRequestAndWithdrawnWithThePrimary) {
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    VstorPacket v{};
-    v.operation = uint32_t(Operation::CreateSubChannels);
-    v.sub_channel_count = 3;
-    guest.send(c, v);
-    auto r = guest.wait(c);
-    EXPECT_EQ(r.pkt.status, kStatusSuccess);
+    EXPECT_EQ(ask_subchannels(c, 3), kStatusSuccess);
     // The offers follow the answer, from the channel's worker: closing the primary joins
     // that worker, so afterwards the offer list is complete.
     bus.close(c.relid);
@@ -242,11 +237,7 @@ TEST_F(StorvspBusTest, AControllersChannelsShareOneGuestErrorBudget) {
     host.stop_clock();
     auto c = open_primary();
     ASSERT_TRUE(guest.handshake(c));
-    VstorPacket v{};
-    v.operation = uint32_t(Operation::CreateSubChannels);
-    v.sub_channel_count = 1;
-    guest.send(c, v);
-    ASSERT_EQ(guest.wait(c).pkt.status, kStatusSuccess);
+    ASSERT_EQ(ask_subchannels(c, 1), kStatusSuccess);
     // The offer follows the answer, from the worker, which traces it when done.
     while (host.traced(HVSTOR_TRACE_storvsp_subchannels).empty()) std::this_thread::yield();
     ASSERT_EQ(bus.offered.size(), 2u);

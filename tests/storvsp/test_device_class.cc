@@ -111,11 +111,7 @@ TEST_F(DeviceClassTest, PrimaryAndSubchannelsAreOfferedWithTheClassGuid) {
         EXPECT_EQ(o->type, class_guid(cls));
         auto c = open_primary();
         ASSERT_TRUE(guest.handshake(c));
-        VstorPacket v{};
-        v.operation = uint32_t(Operation::CreateSubChannels);
-        v.sub_channel_count = 2;
-        guest.send(c, v);
-        ASSERT_EQ(guest.wait(c).pkt.status, kStatusSuccess);
+        ASSERT_EQ(ask_subchannels(c, 2), kStatusSuccess);
         ASSERT_EQ(bus.offered.size(), 3u);
         for (uint32_t relid : bus.offered) EXPECT_EQ(bus.offer_of(relid)->type, class_guid(cls));
         bus.close(c.relid);

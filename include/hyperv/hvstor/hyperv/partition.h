@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -81,8 +82,11 @@ private:
     using Why = char[kWhyLen];
     Status post_message(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why);
     Status signal_event(uint32_t vp, const HypercallControl& c, uint64_t input, Why& why);
-    // Why hypercalls are off now (no guest OS id, or the page disabled); null when they are on.
+    // Why hypercalls are off now (no guest OS id, or the page disabled), for the refusal's
+    // line; null when they are on.
     const char* hypercalls_off() const;
+    // Sets hypercall_msr_ and its mirror hypercalls_on_. Under mu_.
+    void set_hypercall_msr_locked(uint64_t v);
     // Counts and logs an MSR access the guest gets #GP for. Under mu_.
     MsrResult msr_fault_locked(uint32_t vp, const char* access, uint32_t msr, uint64_t val, const char* why);
 
@@ -95,6 +99,10 @@ private:
     mutable std::mutex mu_;  // guards the partition-wide and per-VP MSR values below
     uint64_t guest_os_id_ = 0;
     uint64_t hypercall_msr_ = 0;
+    // hypercall_msr_'s enable bit, read by every hypercall without the lock. The page cannot
+    // be enabled before a guest OS id is set, and clearing the id disables it, so this alone
+    // says whether hypercalls are on.
+    std::atomic<bool> hypercalls_on_{false};
     uint64_t tsc_invariant_control_ = 0;
     std::vector<uint64_t> vp_assist_;
     PartitionStats stats_;
