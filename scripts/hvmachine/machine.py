@@ -9,6 +9,8 @@
 Two threads watch the guest while the caller works: one reads the console (the init's
 markers, the command's output, a panic), the other reads the kernel's log from the kmsg
 channel (every message, at every level, whatever the console shows) and keeps the clocks.
+While the command runs the guest's console carries its output alone; on_output gets, beside
+it, the kernel messages the console would have shown, from the kmsg channel.
 The boot ends, and every wait in it raises BootFailed at once, when the guest kernel reports
 an Oops, BUG, WARNING, panic or hung task, when the deadline passes (Guest.timeout), when
 the guest shows no sign of life (console, kmsg or the init's heartbeat) for Guest.silence
@@ -79,6 +81,7 @@ class BootResult:
     output: List[str]              # the command's lines
     console: List[str]             # every console line
     kernel_log: str                # the guest kernel's whole log (dmesg)
+    kernel_log_lost: int           # its records that the log buffer lost before they were read
     noted: List[str]               # kernel reports that did not end the boot
     coverage: Optional[Dict[str, int]]  # Guest.coverage: hits per function of the module
     lines: Optional[Dict[int, int]]     # Guest.gcov: runs per executable line of its source
@@ -178,6 +181,7 @@ class Machine:
         self._warnings: List[str] = []
         self._console_bytes = 0
         self._handed = 0               # console lines whose output on_output has had
+        self._kmsg_shown: List[str] = []     # kernel messages for on_output, as the console shows them
         self._console_file: Any = None
         self._cov_functions: List[str] = []
 
@@ -328,6 +332,7 @@ class Machine:
         lines = LineSplitter()
         while True:
             ready, _, _ = select.select([sock], [], [], POLL)
+            self._hand_on_kmsg()
             if not ready:
                 if self._vm_exited():
                     break
@@ -363,8 +368,9 @@ class Machine:
             self._cond.notify_all()
 
     def _hand_on(self, line: str) -> None:
-        """on_output(line); one that raises (stdout closed) is not called again, and the boot
-        goes on: the console is still read, the status still counts."""
+        """on_output(line), from the console's reader (and once it is gone, the monitor);
+        one that raises (stdout closed) is not called again, and the boot goes on: the
+        console is still read, the status still counts."""
         if self._on_output is None:
             return
         try:
@@ -413,6 +419,7 @@ class Machine:
         for t in self._threads:
             if t is not threading.current_thread() and t.ident is not None:
                 t.join()
+        self._hand_on_kmsg()            # what came after the console's reader ended
         with self._cond:
             self._exited = True
             self._cond.notify_all()
@@ -425,13 +432,25 @@ class Machine:
             self._kmsg_lines(lines.feed(data))
 
     def _kmsg_lines(self, lines: List[str]) -> None:
+        """Records of the kmsg channel, under the lock; the ones the console would have
+        shown while the command ran wait for the console's reader to hand them on (this
+        thread keeps the clocks: an on_output that blocks must not stop it)."""
         with self._cond:
             had = self._kmsg.report is not None
             for line in lines:
-                self._kmsg.feed(line)
+                r = self._kmsg.feed(line)
+                if r is not None and self._kmsg.for_console(r):
+                    self._kmsg_shown.append(r.line())
             if self._kmsg.report is not None and not had and self._report_at is None:
                 self._report_at = time.monotonic()
             self._cond.notify_all()
+
+    def _hand_on_kmsg(self) -> None:
+        """Hands on the kernel messages waiting for it, outside the lock."""
+        with self._cond:
+            shown, self._kmsg_shown = self._kmsg_shown, []
+        for line in shown:
+            self._hand_on(line)
 
     def _check_clocks(self, now: float, quiet_for: float) -> None:
         report = self._report()
@@ -617,6 +636,9 @@ class Machine:
         if qemu_output:
             with open(self.qemu_log, "w", encoding="utf-8") as f:
                 f.write(qemu_output)
+        if self._kmsg.lost:
+            self._warnings.append(f"{self._kmsg.lost} records of the guest kernel's log were lost: its log "
+                                  "buffer overran the reader of the kmsg channel (they are not in dmesg.txt)")
         failure = self._failure or self._exit_failure()
         if failure is None and self.results_dir is not None:
             failure = self._unpack_results()
@@ -672,7 +694,8 @@ class Machine:
         return BootResult(
             status=self._console.status,
             failure=failure, output=list(self._console.output), console=list(self._console.lines),
-            kernel_log=self._kmsg.text(), noted=list(self._kmsg.noted), coverage=self._coverage(),
+            kernel_log=self._kmsg.text(), kernel_log_lost=self._kmsg.lost, noted=list(self._kmsg.noted),
+            coverage=self._coverage(),
             lines=self._lines(),
             qemu_output=self._vm.get_log() or "", qemu_exitcode=self._vm.exitcode(), ready_after=ready,
             elapsed=time.monotonic() - self._started, console_log=self.console_log,

@@ -158,9 +158,18 @@ def parse_kmsg(line: str) -> Optional[KmsgRecord]:
     return KmsgRecord(int(m.group(1)) % 8, int(m.group(2)), int(m.group(3)), kmsg_text(m.group(4)))
 
 
+# The init's markers around the command (level 7: the kernel never prints them). While the
+# command runs the guest's console carries its output alone, and the host shows the kernel
+# messages that the console would have: levels 3 up to the console's level (the kernel still
+# prints 0-2 there itself).
+_COMMAND_STARTS = re.compile(r"^hvstor-init: command starts \(console level ([0-9]+)\)$")
+_COMMAND_ENDED = "hvstor-init: command ended"
+
+
 class KmsgLog:
     """The guest kernel's log from the kmsg channel: records in order, each once (the
-    guest's reader starts again from the oldest record when the log overran it)."""
+    guest's reader starts again from the oldest record when the log overran it), and
+    which of them the console would have shown while the command ran."""
 
     def __init__(self, tolerate: Sequence[re.Pattern[str]] = ()) -> None:
         self.records: List[KmsgRecord] = []
@@ -169,6 +178,7 @@ class KmsgLog:
         self.lost = 0                      # records the guest's reader never saw
         self._last = -1
         self._tolerate = list(tolerate)
+        self._console_level: Optional[int] = None   # while the command runs
 
     def feed(self, line: str) -> Optional[KmsgRecord]:
         """Takes one line of the channel; returns the record when it is a new one."""
@@ -181,6 +191,19 @@ class KmsgLog:
         self.records.append(r)
         self._watch(r.text)
         return r
+
+    def for_console(self, r: KmsgRecord) -> bool:
+        """Whether the host shows record r (a new one, from feed) where the console would
+        have: while the command runs, levels 3 up to the console's level."""
+        if r.level == 7:
+            m = _COMMAND_STARTS.match(r.text)
+            if m:
+                self._console_level = int(m.group(1))
+                return False
+            if r.text == _COMMAND_ENDED:
+                self._console_level = None
+                return False
+        return self._console_level is not None and 3 <= r.level < self._console_level
 
     def _watch(self, text: str) -> None:
         if self.report is not None:

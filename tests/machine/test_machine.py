@@ -105,6 +105,26 @@ def test_kmsg_records_kept_once(fake_boot: FakeBoot) -> None:
         assert f.read() == r.kernel_log
 
 
+def test_kernel_messages_while_the_command_runs_go_to_on_output_not_the_output(fake_boot: FakeBoot) -> None:
+    """While the command runs the guest's console carries its output alone (a kernel
+    message printed there, or forwarded by a guest process, could cut one of its lines in
+    two); the host hands on_output the messages the console would have shown, levels 3 up
+    to the console's level, between the init's markers, and keeps every one in the log."""
+    recs = ["3,0,100,-;before the command",
+            "7,1,200,-;hvstor-init: command starts (console level 5)",
+            "3,2,300,-;an error", "4,3,400,-;a warning", "5,4,500,-;a notice (console level 5 hides it)",
+            "2,5,600,-;a critical one (the kernel prints 0-2 on the console itself)",
+            "7,6,700,-;hvstor-init: command ended", "3,7,800,-;after the command"]
+    seen: List[str] = []
+    m = fake_boot(READY + [["kmsg-raw", r] for r in recs] + [["beat"], ["console", "a line"],
+                                                           ["console", "HVSTOR-EXIT-STATUS=0"], ["exit", 0]],
+                  on_output=seen.append)
+    r = m.finish()
+    assert r.failure is None and r.output == ["a line"]
+    assert sorted(seen) == sorted(["a line", "[    0.000300] an error", "[    0.000400] a warning"])
+    assert len(r.kernel_log.splitlines()) == len(recs)
+
+
 def test_deadline(fake_boot: FakeBoot) -> None:
     m = fake_boot(READY + [["beat-forever"]], timeout=1)
     r = m.finish()
