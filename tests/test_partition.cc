@@ -135,6 +135,27 @@ TEST_F(PartitionTest, VpAssistAndTscInvariantAccepted) {
     EXPECT_EQ(p.wrmsr(0, msr::kTscInvariantControl, 1), MsrResult::Handled);
 }
 
+// Linux's hyperv_cleanup() (before kexec, and on the kdump path) reads the reference TSC MSR
+// and writes it back with the enable bit clear, whether or not the page was offered: that
+// must not fault. Enabling the page, which is not offered, does.
+TEST_F(PartitionTest, ReferenceTscCanBeTurnedOffNotOn) {
+    uint64_t v = 1;
+    EXPECT_EQ(p.rdmsr(1, msr::kReferenceTsc, v), MsrResult::Handled);
+    EXPECT_EQ(v, 0u);
+    EXPECT_EQ(p.wrmsr(1, msr::kReferenceTsc, v & ~1ull), MsrResult::Handled);
+    EXPECT_EQ(p.wrmsr(0, msr::kReferenceTsc, 0x7000), MsrResult::Handled);
+    p.rdmsr(1, msr::kReferenceTsc, v);
+    EXPECT_EQ(v, 0x7000u) << "partition-wide";
+    EXPECT_TRUE(host.guest_errors.empty());
+    EXPECT_EQ(p.wrmsr(0, msr::kReferenceTsc, 0x7001), MsrResult::Fault);
+    EXPECT_TRUE(host.logged("wrmsr MSR 0x40000021 value 0x7001: the reference TSC page is not offered (#GP)"));
+    p.rdmsr(0, msr::kReferenceTsc, v);
+    EXPECT_EQ(v, 0x7000u) << "a refused write changes nothing";
+    p.reset();
+    p.rdmsr(0, msr::kReferenceTsc, v);
+    EXPECT_EQ(v, 0u);
+}
+
 TEST_F(PartitionTest, SynicMsrs) {
     uint64_t v = 0;
     EXPECT_EQ(p.rdmsr(0, msr::kSversion, v), MsrResult::Handled);

@@ -52,6 +52,7 @@ void Partition::reset() {
         guest_os_id_ = 0;
         set_hypercall_msr_locked(0);
         tsc_invariant_control_ = 0;
+        reference_tsc_ = 0;
         std::fill(vp_assist_.begin(), vp_assist_.end(), 0);
     }
     synic_.reset();
@@ -113,6 +114,7 @@ MsrResult Partition::rdmsr(uint32_t vp, uint32_t m, uint64_t& val) {
     case msr::kVpIndex: val = vp; return MsrResult::Handled;
     case msr::kVpAssistPage: val = vp_assist_[vp]; return MsrResult::Handled;
     case msr::kTscInvariantControl: val = tsc_invariant_control_; return MsrResult::Handled;
+    case msr::kReferenceTsc: val = reference_tsc_; return MsrResult::Handled;
     default: return msr_fault_locked(vp, "rdmsr", m, 0, "not implemented");
     }
 }
@@ -156,6 +158,13 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
         return MsrResult::Handled;
     case msr::kTscInvariantControl:
         tsc_invariant_control_ = val & 1;
+        return MsrResult::Handled;
+    case msr::kReferenceTsc:
+        // The TSC page is not offered (its privilege bit is clear in CPUID), but Linux's
+        // hyperv_cleanup() (kexec, kdump) turns it off unconditionally: a read and a write
+        // with the enable bit clear. Only turning it on is refused.
+        if (val & 1) return msr_fault_locked(vp, "wrmsr", m, val, "the reference TSC page is not offered");
+        reference_tsc_ = val & kPageMask;
         return MsrResult::Handled;
     default: return msr_fault_locked(vp, "wrmsr", m, val, "not implemented");
     }

@@ -8,6 +8,7 @@ namespace hvstor::hv::msr {
 constexpr uint32_t kGuestOsId = 0x40000000;
 constexpr uint32_t kHypercall = 0x40000001;
 constexpr uint32_t kVpIndex = 0x40000002;
+constexpr uint32_t kReferenceTsc = 0x40000021;
 constexpr uint32_t kVpAssistPage = 0x40000073;
 constexpr uint32_t kScontrol = 0x40000080;
 constexpr uint32_t kSversion = 0x40000081;

@@ -104,6 +104,7 @@ private:
     // says whether hypercalls are on.
     std::atomic<bool> hypercalls_on_{false};
     uint64_t tsc_invariant_control_ = 0;
+    uint64_t reference_tsc_ = 0;  // the page's GPA; never enabled (the page is not offered)
     std::vector<uint64_t> vp_assist_;
     PartitionStats stats_;
     GuestErrorLog log_; // under mu_
