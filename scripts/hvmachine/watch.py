@@ -164,6 +164,8 @@ def parse_kmsg(line: str) -> Optional[KmsgRecord]:
 # prints 0-2 there itself).
 _COMMAND_STARTS = re.compile(r"^hvstor-init: command starts \(console level ([0-9]+)\)$")
 _COMMAND_ENDED = "hvstor-init: command ended"
+# The guest's reader names the kernel's boot each time it starts.
+_BOOT = "hvstor-kmsg-boot "
 
 
 class KmsgLog:
@@ -179,9 +181,18 @@ class KmsgLog:
         self._last = -1
         self._tolerate = list(tolerate)
         self._console_level: Optional[int] = None   # while the command runs
+        self._boot: Optional[str] = None   # the kernel's boot id, from the guest's reader
+        self.kernels = 1                   # kernels the log came from (kexec, kdump start more)
 
     def feed(self, line: str) -> Optional[KmsgRecord]:
         """Takes one line of the channel; returns the record when it is a new one."""
+        if line.startswith(_BOOT):
+            boot = line[len(_BOOT):].strip()
+            if self._boot is not None and boot != self._boot:
+                self._last = -1         # a kernel started by kexec counts from 0 again
+                self.kernels += 1
+            self._boot = boot
+            return None
         r = parse_kmsg(line)
         if r is None or r.seq <= self._last:
             return None

@@ -53,6 +53,21 @@ def test_sanitizer_report_ends_at_its_closing_line() -> None:
     assert log.report.lines[-1] == "=" * 80 and "next message" not in log.report.lines
 
 
+def test_a_kernel_started_by_kexec_is_kept_after_the_first() -> None:
+    """The guest's reader names the boot each time it starts: the same boot again (a restart
+    after the log overran it) sends records already kept, a new one (kexec, kdump) numbers
+    its records from 0 again, and they were dropped as seen before."""
+    log = KmsgLog()
+    for line in ["hvstor-kmsg-boot aaaa", "6,0,0,-;Linux version 1", "6,1,5,-;first kernel",
+                 "hvstor-kmsg-boot aaaa", "6,0,0,-;Linux version 1", "6,1,5,-;first kernel",
+                 "6,2,9,-;still the first",
+                 "hvstor-kmsg-boot bbbb", "6,0,0,-;Linux version 1", "6,1,7,-;second kernel"]:
+        log.feed(line)
+    assert [r.text for r in log.records] == ["Linux version 1", "first kernel", "still the first",
+                                             "Linux version 1", "second kernel"]
+    assert log.kernels == 2 and log.lost == 0
+
+
 def test_kmsg_text_is_decoded_and_its_control_bytes_stay_escaped() -> None:
     """/dev/kmsg escapes control bytes, backslashes and bytes past 0x7e as \\xNN. UTF-8
     comes back whole; tabs and newlines come back; every other control byte (an escape
