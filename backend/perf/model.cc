@@ -6,6 +6,7 @@
 #include "hvstor/perf/model.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -116,6 +117,12 @@ public:
             std::lock_guard lock(mu_);
             const Nanos now = tick();
             for (Request* r : reqs) {
+                if (abandoning_) {
+                    r->result = -ECANCELED;
+                    stats_.cancelled();
+                    w.done.push(r);
+                    continue;
+                }
                 const int e = backend::check_request(*r, *inner_);
                 if (e != 0) {
                     r->result = e;
@@ -128,6 +135,21 @@ public:
             stats_.queue_depth(now, sched_.host_queue());
             Decisions d;
             sched_.dispatch(now, d);
+            take(d, now, w);
+            schedule();
+        }
+        run(w);
+    }
+
+    void abandon(bool on) override {
+        Work w;
+        {
+            std::lock_guard lock(mu_);
+            abandoning_ = on;
+            if (!on) return;
+            const Nanos now = tick();
+            Decisions d;
+            sched_.cancel(now, d);
             take(d, now, w);
             schedule();
         }
@@ -200,8 +222,13 @@ private:
         for (Entry* e : d.done.span()) {
             Io* io = static_cast<Io*>(e);
             Request* g = io->guest;
-            g->result = io->inner.result;
-            stats_.completed(g->op, g->length, now - io->arrival, now - io->finished, g->result != 0);
+            if (io->cancelled) {
+                g->result = -ECANCELED;
+                stats_.cancelled();
+            } else {
+                g->result = io->inner.result;
+                stats_.completed(g->op, g->length, now - io->arrival, now - io->finished, g->result != 0);
+            }
             w.done.push(g);
             pool_.put(io);
         }
@@ -280,6 +307,7 @@ private:
     Nanos last_now_;
     Nanos armed_ = kNever;  // the timer's pending deadline
     bool credits_dry_ = false;  // a credit bank ran dry (trace_credits)
+    bool abandoning_ = false;   // abandon(true): requests are cancelled, not modelled
     detail::Scheduler sched_;
     detail::StatsAccumulator stats_;
     detail::IoPool pool_;

@@ -58,6 +58,7 @@ void Scheduler::arrive(Entry* e, Nanos now) {
     e->units = data ? std::max(1.0, std::ceil(double(e->length) / double(io_unit_))) : 1;
     e->served = false;
     e->due_passed = false;
+    e->cancelled = false;
     queued_++;
     enqueue(e);
 }
@@ -314,6 +315,45 @@ void Scheduler::shutdown(Nanos now, Decisions& out) {
     shutdown_ = true;
     while (!heap_.empty()) handle(pop_event(), now, out);
     dispatch(now, out);
+}
+
+void Scheduler::cancel_queue(Queue& q, Nanos now, Decisions& out) {
+    while (!q.empty()) {
+        Entry* e = q.pop();
+        queued_--;
+        e->cancelled = true;
+        e->finished = now;
+        e->gen++;
+        out.done.push(e);
+    }
+}
+
+void Scheduler::cancel(Nanos now, Decisions& out) {
+    cancel_queue(fifo_, now, out);
+    for (Queue& q : dirq_) cancel_queue(q, now, out);
+    for (Queue& q : chan_) cancel_queue(q, now, out);
+    rr_.clear();
+    retry_at_ = kNever;
+    at_outstanding_ = false;
+    while (!heap_.empty()) {
+        const Event ev = pop_event();
+        Entry* e = ev.e;
+        if (e->gen != ev.gen) continue;
+        if (ev.kind == EventKind::Issue) {
+            // Past the disk's caps, never issued: its VM reservation stays spent.
+            vm_waiting_--;
+            active_--;
+            e->cancelled = true;
+            e->finished = now;
+            e->gen++;
+            out.done.push(e);
+        } else if (e->served) {
+            e->finished = now;
+            finish(e, out);
+        } else {
+            e->due_passed = true;
+        }
+    }
 }
 
 Nanos Scheduler::next_event() const {

@@ -36,6 +36,7 @@ struct Entry {
     uint8_t dir = 0;   // 0: read; 1: write, flush, discard, write-zeroes
     bool served = false;  // the inner backend has completed it
     bool due_passed = false;
+    bool cancelled = false;  // done by cancel() without reaching the inner backend
 };
 
 // The limit that holds IOs back (hvstor_perf_throttled's limiter: the numbers are the trace's).
@@ -75,6 +76,12 @@ public:
     // From now on no cap, limit or latency: everything queued is issued now, and every IO
     // is done as soon as the inner backend completes it.
     void shutdown(Nanos now, Decisions& out);
+    // The guest that sent the IOs is gone (a machine reset, the disk's unplug): every IO that
+    // has not reached the inner backend (in a host queue, or past the disk's caps waiting for
+    // the VM's) is done now, cancelled, and costs nothing more; every IO at the inner backend
+    // is done as soon as it completes there (its latency is dropped). Caps and latencies
+    // apply as before to IOs that arrive afterwards.
+    void cancel(Nanos now, Decisions& out);
 
     // When expire() next has something to do; kNever when nothing.
     Nanos next_event() const;
@@ -118,6 +125,7 @@ private:
     void admit(Entry* e, Nanos at, Nanos now, Decisions& out);
     void issue(Entry* e, Nanos at, Decisions& out);
     void finish(Entry* e, Decisions& out);
+    void cancel_queue(Queue& q, Nanos now, Decisions& out);
     void push_event(Nanos t, Entry* e, EventKind kind);
     Event pop_event();
     void handle(const Event& ev, Nanos now, Decisions& out);

@@ -112,6 +112,7 @@ void StatsAccumulator::fill(Stats& s) const {
     s.flushes = flushes_;
     s.others = others_;
     s.errors = errors_ + rejected_;
+    s.cancelled = cancelled_;
     s.bytes_read = bytes_read_;
     s.bytes_written = bytes_written_;
     s.issued = issued_;

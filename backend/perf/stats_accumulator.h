@@ -31,6 +31,8 @@ public:
     }
     // Refused before reaching the queue: an error, and nothing else.
     void rejected() { rejected_++; }
+    // Completed as cancelled (the guest gone): counted apart, and nothing else.
+    void cancelled() { cancelled_++; }
     // Left the host after waiting `waited`; counts in the interval in progress.
     void issued(Nanos waited) {
         cur_.issued++;
@@ -71,7 +73,7 @@ private:
 
     Histogram latency_;
     uint64_t ios_ = 0, reads_ = 0, writes_ = 0, flushes_ = 0, others_ = 0;
-    uint64_t errors_ = 0, rejected_ = 0, bytes_read_ = 0, bytes_written_ = 0;
+    uint64_t errors_ = 0, rejected_ = 0, cancelled_ = 0, bytes_read_ = 0, bytes_written_ = 0;
     uint64_t issued_ = 0;
     Nanos throttle_ = 0, throttle_max_ = 0;
     Nanos late_ = 0, late_max_ = 0;

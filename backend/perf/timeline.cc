@@ -124,6 +124,7 @@ std::string TimelineWriter::format(const std::string& name, const Stats& st, Nan
         .num("ios", st.ios)
         .num("bytes", st.bytes_read + st.bytes_written)
         .num("errors", st.errors)
+        .num("cancelled", st.cancelled)
         .end_object();
     j.num("scale", st.time_scale, 3);
     return j.done();

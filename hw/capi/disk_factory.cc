@@ -78,6 +78,9 @@ void AttachedDisk::detach() {
 
 AttachedDisk::~AttachedDisk() {
     detach();
+    // No command reaches the disk any more: what its model still holds back is cancelled,
+    // not waited for (an unplug's DEVICE_DELETED comes once the storage is done).
+    abandon_io(true);
     // The SCSI disk completes through the controller, so its I/O must be over before either
     // goes; the backend's destructor then has nothing left to wait for.
     if (backend_) backend_->drain();

@@ -76,6 +76,10 @@ public:
     void set_fault(std::string_view text);
     // See scsi::Disk::suspend_faults.
     void suspend_faults(bool on) { disk_->suspend_faults(on); }
+    // See perf::ModelBackend::abandon; nothing without a model.
+    void abandon_io(bool on) {
+        if (model_) model_->abandon(on);
+    }
 
     // Changes the capacity while the guest runs (scsi::Disk::resize: the guest's next
     // command gets a unit attention). Throws DiskError with the reason when the size is not

@@ -192,17 +192,24 @@ Machine::~Machine() {
 }
 
 void Machine::reset() {
-    // The reset waits for every request the guest sent; one that a stall fault holds could
-    // only be released over QMP, which waits for the reset.
+    // The reset waits, under QEMU's big lock, for every request the guest sent. Not for one
+    // that a stall fault holds (it could only be released over QMP, which waits for the
+    // reset), nor for the disk models' caps: what no storage has started is cancelled.
     std::vector<ScsiController*> ctls;
     {
         std::lock_guard lock(mu_);
         for (auto& c : controllers_) ctls.push_back(c.get());
     }
-    for (ScsiController* c : ctls) c->suspend_faults(true);
+    for (ScsiController* c : ctls) {
+        c->suspend_faults(true);
+        c->abandon_io(true);
+    }
     server_.reset();
     partition_.reset();
-    for (ScsiController* c : ctls) c->suspend_faults(false);
+    for (ScsiController* c : ctls) {
+        c->abandon_io(false);
+        c->suspend_faults(false);
+    }
 }
 
 void Machine::set_running(bool running) {
@@ -230,6 +237,13 @@ void ScsiController::set_reset(std::string_view how) {
 void ScsiController::suspend_faults(bool on) {
     std::lock_guard lock(mu_);
     for (auto& d : disks_) d->suspend_faults(on);
+}
+
+void ScsiController::abandon_io(bool on) {
+    // Under the lock, as the disks may be removed meanwhile: the completions this runs go
+    // to the channels, which never take it.
+    std::lock_guard lock(mu_);
+    for (auto& d : disks_) d->abandon_io(on);
 }
 
 void Machine::set_vm_perf(std::string_view spec) {

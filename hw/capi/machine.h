@@ -83,6 +83,9 @@ public:
 
     // Every disk's injected faults off (true) or back on (false).
     void suspend_faults(bool on);
+    // Every modelled disk's requests abandoned (true: cancelled unless at the storage) or
+    // modelled again (false): perf::ModelBackend::abandon, for a machine reset.
+    void abandon_io(bool on);
 
     // hv-storvsc's notify: "enumerate-bus" or "remove-device" to the guest now. Throws
     // ConfigError for another value, std::runtime_error when the guest has no session.

@@ -39,6 +39,7 @@ constexpr Asc kInvalidFieldInParameterList{0x26, 0x00};
 constexpr Asc kWriteProtected{0x27, 0x00};
 constexpr Asc kSpaceAllocationFailed{0x27, 0x07};
 constexpr Asc kCapacityDataChanged{0x2A, 0x09};
+constexpr Asc kCommandsClearedByDeviceServer{0x2F, 0x02};
 constexpr Asc kSavingParametersNotSupported{0x39, 0x00};
 
 // Work per command, advertised in the Block Limits VPD page and enforced (target.h turns

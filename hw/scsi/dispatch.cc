@@ -100,6 +100,10 @@ void finish_command(Command& cmd, const backend::Request& req) {
     case -EINVAL:
         fail_cdb(cmd);
         return;
+    case -ECANCELED:
+        // The disk model abandoned it (a reset, an unplug) before it reached storage.
+        fail(cmd, kSenseAbortedCommand, kCommandsClearedByDeviceServer);
+        return;
     default:
         if (req.op == backend::Op::Read)
             fail(cmd, kSenseMediumError, kUnrecoveredReadError);

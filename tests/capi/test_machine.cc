@@ -15,11 +15,8 @@
 #include <thread>
 #include <utility>
 
-#include "fake_guest.h"
-#include "fake_host.h"
-#include "fake_storvsc.h"
 #include "hvstor/thread.h"
-#include "machine.h"
+#include "machine_rig.h"
 
 using namespace hvstor;
 using namespace hvstor::storvsp;
@@ -32,88 +29,11 @@ using hvstor::start_thread;
 
 namespace {
 
-constexpr uint64_t kRings = 0x400000;
-constexpr uint64_t kBuf = 0x500000;
+using hvstor::test::kBuf;
+using hvstor::test::kRings;
+using hvstor::test::rw10;
 
-VmscsiRequest rw10(bool write, uint32_t lba, uint16_t blocks) {
-    VmscsiRequest s{};
-    s.cdb_length = 10;
-    s.cdb_or_sense[0] = write ? 0x2A : 0x28;
-    s.data_in = write ? kDataWrite : kDataRead;
-    s.sense_info_length = kSenseBytes;
-    s.cdb_or_sense[2] = uint8_t(lba >> 24);
-    s.cdb_or_sense[3] = uint8_t(lba >> 16);
-    s.cdb_or_sense[4] = uint8_t(lba >> 8);
-    s.cdb_or_sense[5] = uint8_t(lba);
-    s.cdb_or_sense[7] = uint8_t(blocks >> 8);
-    s.cdb_or_sense[8] = uint8_t(blocks);
-    return s;
-}
-
-class MachineTest : public ::testing::Test {
-protected:
-    // As Linux does at every boot: hyperv_init() (a machine reset cleared the guest OS id
-    // and the hypercall page), the SynIC, then the VMBus handshake.
-    void connect() {
-        g.enable_hypercalls();
-        for (uint32_t vp = 0; vp < 2; vp++) g.enable_synic(vp);
-        vmbus::InitiateContact c{};
-        c.hdr.msgtype = uint32_t(vmbus::MsgType::InitiateContact);
-        c.version_requested = vmbus::version::kV5_3;
-        c.v5.msg_sint = 2;
-        g.post(0, 4, c);
-        guest.wait_message<vmbus::VersionResponse>(vmbus::MsgType::VersionResponse);
-        vmbus::MsgHeader h{uint32_t(vmbus::MsgType::RequestOffers), 0};
-        g.post(0, 1, h);
-        guest.wait_message<vmbus::MsgHeader>(vmbus::MsgType::AllOffersDelivered);
-    }
-
-    // A controller with a disk built from `spec`, and the guest connected to it through
-    // the open primary channel `ch`.
-    void serve(const capi::DiskSpec& spec) {
-        capi::ScsiController& c =
-            machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
-        controller = &c;
-        disk = &c.add_disk(spec);
-        connect();
-        ch = guest.open(c.controller().primary_relid(), kRings, 0x100);
-        ASSERT_TRUE(ch);
-        ASSERT_TRUE(guest.handshake(*ch));
-    }
-
-    // One READ(10) or WRITE(10) of 4 KiB at `buf`; the completion.
-    FakeStorvsc::Completion rw(bool write, uint32_t lba, uint64_t buf) {
-        guest.send_srb(*ch, rw10(write, lba, 8), buf, 4096);
-        return guest.wait(*ch);
-    }
-
-    static capi::DiskSpec ram(bool read_only) {
-        capi::DiskSpec spec;
-        spec.backend = "ram";
-        spec.size = 1 << 20;
-        spec.read_only = read_only;
-        return spec;
-    }
-
-    FakeHost host;
-    std::unique_ptr<capi::Machine> machine =
-        std::make_unique<capi::Machine>(host, capi::MachineConfig{2, 0x5A58});
-    FakeGuest g{host, machine->partition()};
-    FakeStorvsc guest{host, machine->partition(), g};
-    // The next completion that is not a rescan notice; counts the notices.
-    FakeStorvsc::Completion completion() {
-        for (;;) {
-            auto r = guest.wait(*ch);
-            if (r.pkt.operation != uint32_t(Operation::EnumerateBus)) return r;
-            rescans++;
-        }
-    }
-
-    capi::ScsiController* controller = nullptr;
-    capi::AttachedDisk* disk = nullptr;
-    std::optional<FakeStorvsc::Chan> ch;
-    int rescans = 0;
-};
+class MachineTest : public ::testing::Test, protected hvstor::test::MachineRig {};
 
 TEST_F(MachineTest, AssembledDiskServesTheGuest) {
     ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
@@ -161,6 +81,67 @@ TEST_F(MachineTest, ResetDisconnectsTheGuest) {
     EXPECT_NE(machine->server().negotiated_version(), 0u);
     machine->reset();
     EXPECT_EQ(machine->server().negotiated_version(), 0u);
+}
+
+// A machine reset runs under QEMU's big lock and waits for every request the guest sent;
+// behind a disk model's caps (1 IOPS here, 32 reads queued: half a minute) it would freeze
+// QEMU's main loop and QMP that long. What no storage has started is cancelled instead, and
+// no more reaches storage: each queued read counts as cancelled, none as issued.
+TEST_F(MachineTest, ResetDoesNotWaitOutTheModelsCaps) {
+    capi::DiskSpec spec = ram(false);
+    spec.perf = "iops=1,burst=off";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    constexpr uint32_t kReads = 32;
+    for (uint32_t i = 0; i < kReads; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
+    perf::ModelBackend& model = *disk->model();
+    while (model.stats().queued + model.stats().issued < kReads) std::this_thread::yield();
+    const perf::Stats before = model.stats();
+    ASSERT_GE(before.queued, kReads - 2);
+    machine->reset();
+    const perf::Stats after = model.stats();
+    EXPECT_EQ(after.cancelled, before.queued);
+    EXPECT_EQ(after.issued, before.issued) << "nothing more reached storage";
+    EXPECT_EQ(after.queued + after.in_service, 0u);
+    // The caps apply again to the next connection's requests.
+    connect();
+    ch = guest.open(controller->controller().primary_relid(), kRings, 0x100);
+    ASSERT_TRUE(ch);
+    ASSERT_TRUE(guest.handshake(*ch));
+    EXPECT_EQ(rw(false, 0, kBuf).pkt.srb.srb_status & ~kSrbAutosenseValid, kSrbSuccess);
+    EXPECT_EQ(model.stats().cancelled, before.queued);
+}
+
+// Unplugging a modelled disk with requests queued behind its caps: the guest gets each one
+// back at once (ABORTED COMMAND, COMMANDS CLEARED BY DEVICE SERVER, which Linux retries and
+// then finds the LUN gone), and the removal does not wait out the caps.
+TEST_F(MachineTest, UnplugDoesNotWaitOutTheModelsCaps) {
+    capi::DiskSpec spec = ram(false);
+    spec.perf = "iops=1,burst=off";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    constexpr uint32_t kReads = 32;
+    std::set<uint64_t> want;
+    for (uint32_t i = 0; i < kReads; i++)
+        want.insert(guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096));
+    perf::ModelBackend& model = *disk->model();
+    while (model.stats().queued + model.stats().issued < kReads) std::this_thread::yield();
+    std::atomic<bool> removed{false};
+    controller->start_removal(disk, [&] { removed = true; });
+    uint32_t aborted = 0;
+    while (!want.empty()) {
+        auto r = completion();
+        ASSERT_TRUE(want.erase(r.trans_id)) << "completed twice or never sent";
+        const uint8_t st = r.pkt.srb.srb_status & ~kSrbAutosenseValid;
+        if (st == kSrbError) {
+            EXPECT_EQ(r.pkt.srb.cdb_or_sense[2] & 0xF, scsi::kSenseAbortedCommand);
+            EXPECT_EQ(r.pkt.srb.cdb_or_sense[12], 0x2F);
+            EXPECT_EQ(r.pkt.srb.cdb_or_sense[13], 0x02);
+            aborted++;
+        } else {
+            EXPECT_EQ(st, kSrbSuccess);
+        }
+    }
+    EXPECT_GE(aborted, kReads - 2);
+    while (!removed) std::this_thread::yield();
 }
 
 // Hot removal with the guest connected: the guest is told to rescan, the LUN answers as

@@ -2,6 +2,8 @@
 // statistics say about it.
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "load.h"
 
 namespace hvstor::perf {
@@ -40,9 +42,12 @@ public:
         disk.submit(v);
     }
     Nanos latency(size_t i) const { return slots_[i].completed - slots_[i].submitted; }
+    int count(size_t i) const { return slots_[i].count; }
+    int result(size_t i) const { return slots_[i].result; }
     void complete(Request* r) override {
         auto* s = static_cast<Slot*>(r->opaque);
         s->completed = clock_.now();
+        s->result = r->result;
         s->count++;
     }
     bool all_once() const {
@@ -57,6 +62,7 @@ private:
         iovec iov;
         Nanos submitted = 0, completed = 0;
         int count = 0;
+        int result = 1;
     };
     Clock& clock_;
     std::vector<uint8_t> buf_;
@@ -144,6 +150,51 @@ TEST(PerfQueue, OutstandingLimit) {
 }
 
 // Little's law at saturation: 500 IOPS x 2 ms = 1 in service, the rest wait in the host.
+// A machine reset or an unplug (ModelBackend::abandon): nothing waits for the caps or the
+// latency. On the virtual clock, which moves only when told, every request completes exactly
+// once while no time passes: cancelled if it never reached storage, done if it had.
+TEST(PerfQueue, AbandonCancelsWhatDidNotReachStorage) {
+    VirtualClock clock;
+    auto disk = make_disk("iops=10,burst=off,latency=1s", clock);
+    ASSERT_TRUE(disk);
+    Burst b(clock);
+    constexpr size_t kN = 50;
+    for (size_t i = 0; i < kN; i++) b.add(Op::Read);
+    b.submit(*disk, 0, 0, kN);
+    const Stats before = disk->stats();
+    ASSERT_GT(before.queued, kN / 2);
+    ASSERT_EQ(before.queued + before.in_service, kN);
+    disk->abandon(true);
+    EXPECT_EQ(clock.now(), 0);
+    EXPECT_TRUE(b.all_once());
+    size_t cancelled = 0, done = 0;
+    for (size_t i = 0; i < kN; i++) {
+        cancelled += b.result(i) == -ECANCELED;
+        done += b.result(i) == 0;
+    }
+    EXPECT_EQ(cancelled, before.queued);
+    EXPECT_EQ(done, before.in_service) << "at the inner backend: done, without the latency";
+    const Stats after = disk->stats();
+    EXPECT_EQ(after.cancelled, before.queued);
+    EXPECT_EQ(after.ios, before.in_service);
+    EXPECT_EQ(after.queued, 0u);
+    EXPECT_EQ(after.in_service, 0u);
+    // Submitted while abandoned: cancelled at once.
+    b.add(Op::Read);
+    b.submit(*disk, 0, kN, kN + 1);
+    EXPECT_EQ(b.count(kN), 1);
+    EXPECT_EQ(b.result(kN), -ECANCELED);
+    // Modelled again afterwards: the latency applies.
+    disk->abandon(false);
+    b.add(Op::Read);
+    b.submit(*disk, 0, kN + 1, kN + 2);
+    EXPECT_EQ(b.count(kN + 1), 0);
+    disk->drain();
+    EXPECT_EQ(b.result(kN + 1), 0);
+    EXPECT_GE(b.latency(kN + 1), kSec);
+    EXPECT_TRUE(b.all_once());
+}
+
 TEST(PerfQueue, StatisticsUnderSaturation) {
     VirtualClock clock;
     auto disk = make_disk("iops=500,latency=2ms", clock);

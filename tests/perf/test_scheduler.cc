@@ -1,6 +1,7 @@
 // The scheduler on its own: entries, times and decisions as plain values, no clock or backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 
 #include "scheduler.h"
@@ -55,6 +56,11 @@ struct Harness {
     void shutdown(Nanos now) {
         Decisions d;
         sched.shutdown(now, d);
+        record(d);
+    }
+    void cancel(Nanos now) {
+        Decisions d;
+        sched.cancel(now, d);
         record(d);
     }
 
@@ -254,6 +260,46 @@ TEST(PerfScheduler, ShutdownLiftsEverything) {
         EXPECT_EQ(h.done, (List{i}));
     }
     EXPECT_EQ(h.sched.in_service(), 0u);
+}
+
+// A machine reset or an unplug: what has not reached the inner backend (queued, or past the
+// disk's caps waiting for the VM's) is done at once, cancelled; what is at the inner backend
+// is done when served, its latency dropped. IOs that come afterwards are modelled again.
+TEST(PerfScheduler, CancelEndsWhatDidNotReachStorage) {
+    VmConfig v;
+    v.caps.iops = 500;
+    std::string err;
+    auto vm = VmLimits::create(v, err);
+    ASSERT_TRUE(vm) << err;
+    ModelConfig cfg;
+    cfg.caps.iops = 1000;
+    cfg.max_outstanding = 3;
+    cfg.read_latency = {DistKind::Fixed, kSec, kSec};
+    Harness h(cfg, vm.get());
+    h.arrive_n(6, 0);
+    h.dispatch(0);
+    h.expire(kMs);  // 0 and 1 in service, 2 waits for the VM, 3 to 5 queued
+    EXPECT_FALSE(h.served(0, kMs));
+    h.cancel(kMs);
+    List done = h.done;
+    std::sort(done.begin(), done.end());
+    EXPECT_EQ(done, (List{0, 2, 3, 4, 5}));
+    EXPECT_TRUE(h.issued.empty()) << "nothing more reaches the inner backend";
+    for (size_t i = 2; i < 6; i++) EXPECT_TRUE(h.entries[i].cancelled) << i;
+    EXPECT_FALSE(h.entries[0].cancelled) << "served: done as it is";
+    EXPECT_EQ(h.entries[0].finished, kMs);
+    EXPECT_EQ(h.sched.host_queue(), 0u);
+    EXPECT_EQ(h.sched.next_event(), kNever);
+    EXPECT_TRUE(h.served(1, 2 * kMs)) << "at the inner backend: done when served, not at its due time";
+    EXPECT_EQ(h.done, (List{1}));
+    EXPECT_FALSE(h.entries[1].cancelled);
+    EXPECT_EQ(h.sched.in_service(), 0u);
+    // Modelled again: the latency applies, and the outstanding limit has its slots back.
+    h.arrive_n(3, 10 * kMs);
+    h.dispatch(10 * kMs);
+    EXPECT_EQ(h.issued, (List{6, 7}));  // the disk's bucket of two
+    EXPECT_FALSE(h.served(6, 10 * kMs));
+    EXPECT_FALSE(h.entries[6].cancelled);
 }
 
 TEST(PerfScheduler, CreditsAtAGivenTime) {

@@ -179,6 +179,7 @@ TEST(PerfTimeline, LineFormat) {
     s.bytes_read = 100000000;
     s.bytes_written = 14196480;
     s.errors = 3;
+    s.cancelled = 2;
     s.queued = 28;
     s.in_service = 8;
     s.credits = {true, 5390999.4, 5400000, 126000e6, 126000e6};
@@ -213,7 +214,7 @@ TEST(PerfTimeline, LineFormat) {
               "\"queue\":{\"now\":28,\"avg\":28.66,\"max\":33},"
               "\"in_service\":8,\"credits\":{\"iops\":5390999,\"iops_pct\":99.83,\"mb\":126000.0,"
               "\"mb_pct\":100.00},\"vm_credits\":null,\"total\":{\"ios\":10495,\"bytes\":114196480,"
-              "\"errors\":3},\"scale\":2.500}");
+              "\"errors\":3,\"cancelled\":2},\"scale\":2.500}");
 }
 
 // Counts print exactly and a figure that is not a number prints null: the line stays JSON.

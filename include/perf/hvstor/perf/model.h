@@ -29,6 +29,13 @@ public:
     virtual const ModelConfig& config() const = 0;
     virtual backend::Backend& inner() = 0;
     virtual Clock& clock() = 0;
+    // The guest that sent the requests is gone: a machine reset (QEMU waits for the disk's
+    // requests under its big lock), the disk's unplug. From abandon(true) until
+    // abandon(false), every request that has not reached the inner backend completes at once
+    // with -ECANCELED, those submitted meanwhile too; those at the inner backend complete
+    // when it finishes them, without their modelled latency. So a reset or an unplug waits
+    // for the storage only, never for the caps. Cancelled requests cost no credits.
+    virtual void abandon(bool on) = 0;
 };
 
 // `clock`: nullptr for the host's monotonic clock (the model then owns one timer thread);

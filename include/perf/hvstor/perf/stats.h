@@ -46,6 +46,9 @@ struct Stats {
 
     // Totals since creation. Of completed IOs (errors include requests refused at once):
     uint64_t ios = 0, reads = 0, writes = 0, flushes = 0, others = 0, errors = 0;
+    // Requests completed with -ECANCELED without reaching the inner backend, because the
+    // guest that sent them was gone (ModelBackend::abandon): not counted above.
+    uint64_t cancelled = 0;
     uint64_t bytes_read = 0, bytes_written = 0;
     LatencySummary latency;
     // Of IOs past the disk's caps, as the IOPS caps count them (io_unit accounting):
