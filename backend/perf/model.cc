@@ -146,7 +146,10 @@ public:
         {
             std::lock_guard lock(mu_);
             abandoning_ = on;
-            if (!on) return;
+            if (!on) {
+                if (vm_) vm_->restart();
+                return;
+            }
             const Nanos now = tick();
             Decisions d;
             sched_.cancel(now, d);

@@ -36,6 +36,11 @@ public:
         return detail::credits_at(iops_, bytes_, now);
     }
 
+    void restart() override {
+        std::lock_guard lock(mu_);
+        started_ = false;
+    }
+
 private:
     // The buckets start counting at the first disk's first use, on that disk's clock.
     void start(Nanos now) {
@@ -65,6 +70,11 @@ public:
     }
 
     Credits credits(Nanos now) override { return then_ ? then_->credits(now) : Credits{}; }
+
+    void restart() override {
+        first_->restart();
+        if (then_) then_->restart();
+    }
 
 private:
     const std::shared_ptr<VmLimits> first_, then_;

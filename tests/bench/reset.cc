@@ -24,6 +24,10 @@ void BM_MachineReset(benchmark::State& state) {
         hvstor::capi::DiskSpec spec = MachineRig::ram(false);
         spec.perf = "iops=20,burst=off";
         rig->serve(spec);
+        if (!rig->ch) {
+            state.SkipWithError("the guest could not open its channel");
+            break;
+        }
         for (uint32_t i = 0; i < queued; i++) rig->guest.send_srb(*rig->ch, rw10(false, i * 8, 8), kBuf, 4096);
         hvstor::perf::ModelBackend& model = *rig->disk->model();
         while (model.stats().queued + model.stats().issued < queued) std::this_thread::yield();

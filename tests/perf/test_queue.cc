@@ -195,6 +195,32 @@ TEST(PerfQueue, AbandonCancelsWhatDidNotReachStorage) {
     EXPECT_TRUE(b.all_once());
 }
 
+// Reads past the disk's caps wait for the VM's having reserved their time there. A machine
+// reset cancels them and, once over (abandon(false)), starts the VM's caps afresh: the next
+// boot's first read does not wait for the cancelled ones' reservations (6 s of them here).
+TEST(PerfQueue, AResetForgetsTheSharedCapsReservations) {
+    VmConfig v;
+    v.caps.iops = 5;
+    v.caps.burst = BurstMode::Off;
+    std::string err;
+    auto vm = VmLimits::create(v, err);
+    ASSERT_TRUE(vm) << err;
+    VirtualClock clock;
+    auto disk = make_disk("latency=0", clock, vm);
+    ASSERT_TRUE(disk);
+    Burst b(clock);
+    constexpr size_t kN = 32;
+    for (size_t i = 0; i <= kN; i++) b.add(Op::Read);
+    b.submit(*disk, 0, 0, kN);
+    ASSERT_GT(disk->stats().queued, kN - 4) << "waiting for the VM's caps";
+    disk->abandon(true);
+    disk->abandon(false);
+    b.submit(*disk, 0, kN, kN + 1);
+    disk->drain();
+    EXPECT_TRUE(b.all_once());
+    EXPECT_LT(b.latency(kN), kSec) << "the cancelled reads' reservations still held the VM's caps";
+}
+
 TEST(PerfQueue, StatisticsUnderSaturation) {
     VirtualClock clock;
     auto disk = make_disk("iops=500,latency=2ms", clock);

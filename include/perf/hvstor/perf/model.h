@@ -34,7 +34,12 @@ public:
     // abandon(false), every request that has not reached the inner backend completes at once
     // with -ECANCELED, those submitted meanwhile too; those at the inner backend complete
     // when it finishes them, without their modelled latency. So a reset or an unplug waits
-    // for the storage only, never for the caps. Cancelled requests cost no credits.
+    // for the storage only, never for the caps. Cancelled requests cost the disk's own caps
+    // nothing. Past them, waiting for the shared caps (a model object's, the VM's), a
+    // request has reserved its time there: abandon(false), which ends a machine reset once
+    // every disk cancelled what it held, starts the shared caps afresh (VmLimits::restart).
+    // An unplug never calls it: the disks sharing caps with the removed one still see its
+    // cancelled requests' reservations, as if those had run.
     virtual void abandon(bool on) = 0;
 };
 

@@ -36,6 +36,10 @@ public:
     // must use the same clock.
     virtual Nanos reserve(double units, double bytes, Nanos now) = 0;
     virtual Credits credits(Nanos now) = 0;
+    // The caps start again as at the VM's start, from the next reservation on: what was
+    // reserved before is forgotten. For a machine reset, once every disk has cancelled what
+    // it had reserved and not issued (ModelBackend::abandon).
+    virtual void restart() = 0;
 
 protected:
     explicit VmLimits(const VmConfig& cfg) : cfg_(cfg) {}
