@@ -299,12 +299,14 @@ prepare_userland() {
 # The guest's kexec (guest-scripts/src/hvstor-kexec.cc), built static with the host's g++
 # (the project's build needs it anyway); sets KEXEC_BIN.
 prepare_kexec() {
-  local src=$HVSTOR_ROOT/guest-scripts/src/hvstor-kexec.cc
-  KEXEC_BIN=$GUEST_ROOT/hvstor-kexec
-  [ -x "$KEXEC_BIN" ] && [ "$KEXEC_BIN" -nt "$src" ] && return
+  local src=$HVSTOR_ROOT/guest-scripts/src/hvstor-kexec.cc key
+  local -a flags=(-std=c++17 -O2 -Wall -Wextra -Werror -static -s)
+  # Named after the source and the flags: checkouts sharing the cache never take another's.
+  key=$({ cat "$src"; echo "${flags[*]}"; } | sha256sum | cut -c1-16)
+  KEXEC_BIN=$GUEST_ROOT/hvstor-kexec-$key
+  [ -x "$KEXEC_BIN" ] && return
   command -v g++ >/dev/null || die "g++ is missing: it builds the guest's hvstor-kexec (apt-get install g++)"
-  g++ -std=c++17 -O2 -Wall -Wextra -Werror -static -s -o "$KEXEC_BIN.new" "$src" ||
-    die "building $src failed"
+  g++ "${flags[@]}" -o "$KEXEC_BIN.new" "$src" || die "building $src failed"
   mv -f "$KEXEC_BIN.new" "$KEXEC_BIN"
 }
 

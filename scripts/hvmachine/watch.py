@@ -191,6 +191,7 @@ class KmsgLog:
             if self._boot is not None and boot != self._boot:
                 self._last = -1         # a kernel started by kexec counts from 0 again
                 self.kernels += 1
+                self._console_level = None   # its console prints its own boot
             self._boot = boot
             return None
         r = parse_kmsg(line)

@@ -58,14 +58,21 @@ def test_a_kernel_started_by_kexec_is_kept_after_the_first() -> None:
     after the log overran it) sends records already kept, a new one (kexec, kdump) numbers
     its records from 0 again, and they were dropped as seen before."""
     log = KmsgLog()
+    shown = []
     for line in ["hvstor-kmsg-boot aaaa", "6,0,0,-;Linux version 1", "6,1,5,-;first kernel",
-                 "hvstor-kmsg-boot aaaa", "6,0,0,-;Linux version 1", "6,1,5,-;first kernel",
-                 "6,2,9,-;still the first",
-                 "hvstor-kmsg-boot bbbb", "6,0,0,-;Linux version 1", "6,1,7,-;second kernel"]:
-        log.feed(line)
-    assert [r.text for r in log.records] == ["Linux version 1", "first kernel", "still the first",
-                                             "Linux version 1", "second kernel"]
+                 "", "hvstor-kmsg-boot aaaa", "6,0,0,-;Linux version 1", "6,1,5,-;first kernel",
+                 "7,2,8,-;hvstor-init: command starts (console level 7)", "6,3,9,-;still the first",
+                 "6,4,10,-;cut off by the kex", "", "hvstor-kmsg-boot bbbb", "6,0,0,-;Linux version 1",
+                 "6,1,7,-;second kernel"]:
+        r = log.feed(line)
+        if r is not None and log.for_console(r):
+            shown.append(r.text)
+    assert [r.text for r in log.records] == ["Linux version 1", "first kernel",
+                                             "hvstor-init: command starts (console level 7)", "still the first",
+                                             "cut off by the kex", "Linux version 1", "second kernel"]
     assert log.kernels == 2 and log.lost == 0
+    # The next kernel's console prints its own boot: nothing of it is shown twice.
+    assert shown == ["still the first", "cut off by the kex"]
 
 
 def test_kmsg_text_is_decoded_and_its_control_bytes_stay_escaped() -> None:
