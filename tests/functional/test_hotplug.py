@@ -3,12 +3,12 @@
 device_add of a second hv-disk shows up in the guest as a new sd device, fio writes and
 verifies it, device_del takes it away again, and QEMU stays up and answers QMP. Then a disk
 is removed with a write in flight: a stall fault holds the write until device_del releases
-it into a backend that takes 10 s per write; device_del returns and QMP answers while the
-write is still there, DEVICE_DELETED follows once it is done, and the guest's write ends.
-(The 10 s cover only two QMP commands in a row on the host.) Guest lines are matched from
-their start only: a kernel message (the removed LUN's failed SYNCHRONIZE CACHE) may run on at
-their end. Host and guest take turns through console markers; every wait ends when its event
-comes or the boot ends, so the only clock is the hang guard."""
+it into a disk model whose writes take 10 s. The unplug does not wait that out (it abandons
+the model's requests: docs/perf-model.md, "Resets and unplugs"): device_del returns, QMP
+answers, DEVICE_DELETED follows, and the guest's write is answered once. Guest lines are
+matched from their start only: a kernel message (the removed LUN's failed SYNCHRONIZE CACHE)
+may run on at their end. Host and guest take turns through console markers; every wait ends
+when its event comes or the boot ends, so the only clock is the hang guard."""
 
 from typing import List
 
@@ -46,7 +46,8 @@ echo "WRITE-IN-FLIGHT $C $2"
 echo "HOTPLUG-READY-FOR-SLOW-DEL"
 wait $DD
 echo "SLOW-WRITE-ENDED rc=$?"
-wait_for "$C to go" [ ! -e "/sys/block/$C" ]
+# By its LUN: once it is gone the host plugs LUN 3, which may take the same name.
+wait_for "LUN 2 to go" lun_gone 2
 echo "SLOW-GONE $C"
 # The host's last QMP steps need QEMU: the guest ends once it has plugged one more disk.
 wait_lun 3 >/dev/null
@@ -82,7 +83,8 @@ def test_hotplug(boot: Boot, checks: Checks) -> None:
 
 def slow_removal(m: Machine, checks: Checks) -> None:
     """device_del does not wait for the disk's requests: it releases the held write into the
-    backend (10 s a write), QMP answers meanwhile, and DEVICE_DELETED comes once it is done."""
+    model (10 s a write, which the unplug does not wait out), QMP answers, and DEVICE_DELETED
+    comes once the write is done."""
     m.wait_console("HOTPLUG-READY-FOR-SLOW")
     m.qmp("device_add", driver="hv-disk", id="slow", bus="scsi0.0", lun=2, backend="ram",
           size=16 << 20, perf="latency.write=10s", fault="stall=hold,ops=write")
@@ -94,8 +96,9 @@ def slow_removal(m: Machine, checks: Checks) -> None:
         during = "stats answered"
     except ExecuteError as e:
         during = str(e)
-    checks.that("hv-disk is being removed" in during,
-                f"device_del returns while its write is in the backend; QMP answers meanwhile ({during})")
+    # Being removed, or already gone: the removal runs off the main loop, and QMP answers.
+    checks.that("hv-disk is being removed" in during or "not found" in during,
+                f"device_del returns and QMP answers about the disk ({during})")
     m.event_wait("DEVICE_DELETED", match={"data": {"device": "slow"}})
     checks.that(m.qmp("query-status")["status"] == "running", "QEMU answers QMP after it")
     go_on(m, 3, dev_id="done")

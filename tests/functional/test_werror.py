@@ -7,7 +7,8 @@ failed write stops the VM (BLOCK_IO_ERROR, status io-error) and holds the reques
 reaches the guest as an I/O error and the VM goes on. The second failed write is held too;
 the disk is then unplugged while the VM is stopped: the held write is answered with its
 error (the unplug does not wait for a `cont`), and after `cont` the guest sees it fail.
-Every wait ends with its event or the boot; no clock decides."""
+Every wait ends with its event or the boot, and the guest waits for the host (on its console)
+before the write that stops the VM again; no clock decides."""
 
 import os
 from typing import Any, Dict
@@ -22,6 +23,8 @@ dd if=/dev/$D of=/tmp/r bs=4096 skip=100 count=1 iflag=direct 2>/dev/null
 cmp -s /tmp/b /tmp/r && echo "WRITE1-LANDED"
 dd if=/dev/$D of=/dev/null bs=4096 skip=200 count=1 iflag=direct 2>/dev/null && echo "READ-OK" || echo "READ-FAILED"
 echo "READ-DONE"
+# The host looks at the VM's state before the next write can stop it.
+read -r go </dev/ttyS0
 dd if=/tmp/b of=/dev/$D bs=4096 seek=300 count=1 oflag=direct 2>/dev/null && echo "WRITE2-OK" || echo "WRITE2-FAILED"
 echo "ALL-DONE"
 """
@@ -65,6 +68,7 @@ def host_side(m: Machine) -> Dict[str, Any]:
     m.qmp("cont")
     m.wait_console("READ-DONE")
     seen["running_after_read"] = m.qmp("query-status")["status"] == "running"
+    m.console_input("go\n")
     m.event_wait("BLOCK_IO_ERROR", match={"data": {"operation": "write"}})
     m.event_wait("STOP")
     seen["stop2"] = m.qmp("query-status")["status"]
