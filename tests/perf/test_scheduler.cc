@@ -233,19 +233,37 @@ TEST(PerfScheduler, VmCapsWaitInTheHost) {
     EXPECT_EQ(h.sched.host_queue(), 0u);
 }
 
+// Six reads at t=0 on a 1000 IOPS disk (a bucket of two), at most 3 outstanding, 1 s of
+// latency, behind a 500 IOPS VM: 0 and 1 are issued at once; after 1 ms, 2 has passed the
+// disk and waits for the VM, and 3 to 5 are queued.
+struct BehindTheVm {
+    static std::shared_ptr<VmLimits> vm_caps() {
+        VmConfig v;
+        v.caps.iops = 500;
+        std::string err;
+        auto vm = VmLimits::create(v, err);
+        if (!vm) ADD_FAILURE() << err;
+        return vm;
+    }
+    static ModelConfig config() {
+        ModelConfig cfg;
+        cfg.caps.iops = 1000;
+        cfg.max_outstanding = 3;
+        cfg.read_latency = {DistKind::Fixed, kSec, kSec};
+        return cfg;
+    }
+    BehindTheVm() {
+        h.arrive_n(6, 0);
+        h.dispatch(0);
+    }
+    std::shared_ptr<VmLimits> vm = vm_caps();
+    Harness h{config(), vm.get()};
+};
+
 TEST(PerfScheduler, ShutdownLiftsEverything) {
-    VmConfig v;
-    v.caps.iops = 500;
-    std::string err;
-    auto vm = VmLimits::create(v, err);
-    ASSERT_TRUE(vm) << err;
-    ModelConfig cfg;
-    cfg.caps.iops = 1000;
-    cfg.max_outstanding = 3;
-    cfg.read_latency = {DistKind::Fixed, kSec, kSec};
-    Harness h(cfg, vm.get());
-    h.arrive_n(6, 0);
-    h.dispatch(0);
+    BehindTheVm b;
+    ASSERT_TRUE(b.vm);
+    Harness& h = b.h;
     EXPECT_EQ(h.issued, (List{0, 1}));
     h.expire(kMs);  // entry 2 passes the disk, then waits for the VM
     EXPECT_TRUE(h.issued.empty());
@@ -266,18 +284,9 @@ TEST(PerfScheduler, ShutdownLiftsEverything) {
 // disk's caps waiting for the VM's) is done at once, cancelled; what is at the inner backend
 // is done when served, its latency dropped. IOs that come afterwards are modelled again.
 TEST(PerfScheduler, CancelEndsWhatDidNotReachStorage) {
-    VmConfig v;
-    v.caps.iops = 500;
-    std::string err;
-    auto vm = VmLimits::create(v, err);
-    ASSERT_TRUE(vm) << err;
-    ModelConfig cfg;
-    cfg.caps.iops = 1000;
-    cfg.max_outstanding = 3;
-    cfg.read_latency = {DistKind::Fixed, kSec, kSec};
-    Harness h(cfg, vm.get());
-    h.arrive_n(6, 0);
-    h.dispatch(0);
+    BehindTheVm b;
+    ASSERT_TRUE(b.vm);
+    Harness& h = b.h;
     h.expire(kMs);  // 0 and 1 in service, 2 waits for the VM, 3 to 5 queued
     EXPECT_FALSE(h.served(0, kMs));
     h.cancel(kMs);
