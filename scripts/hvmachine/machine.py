@@ -639,6 +639,9 @@ class Machine:
         if self._kmsg.lost:
             self._warnings.append(f"{self._kmsg.lost} records of the guest kernel's log were lost: its log "
                                   "buffer overran the reader of the kmsg channel (they are not in dmesg.txt)")
+        if self._kmsg.command_open and self._console.status is not None:
+            self._warnings.append("the guest kernel's log ends before the command's end marker: the "
+                                  "guest's kmsg reader had not passed it on at the power-off")
         failure = self._failure or self._exit_failure()
         if failure is None and self.results_dir is not None:
             failure = self._unpack_results()

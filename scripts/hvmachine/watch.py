@@ -217,6 +217,12 @@ class KmsgLog:
                 return False
         return self._console_level is not None and 3 <= r.level < self._console_level
 
+    @property
+    def command_open(self) -> bool:
+        """Whether the log has the command's start marker and not yet its end: at the end
+        of a boot whose command finished, the log ends before the command's does."""
+        return self._console_level is not None
+
     def _watch(self, text: str) -> None:
         if self.report is not None:
             self.report.add(text)

@@ -125,6 +125,18 @@ def test_kernel_messages_while_the_command_runs_go_to_on_output_not_the_output(f
     assert len(r.kernel_log.splitlines()) == len(recs)
 
 
+def test_a_kernel_log_cut_before_the_commands_end_is_said(fake_boot: FakeBoot) -> None:
+    recs = ["7,0,100,-;hvstor-init: command starts (console level 5)", "4,1,200,-;a warning"]
+    m = fake_boot(READY + [["kmsg-raw", r] for r in recs] + [["beat"], ["console", "HVSTOR-EXIT-STATUS=0"],
+                                                           ["exit", 0]])
+    r = m.finish()
+    assert r.failure is None
+    assert any("ends before the command's end marker" in w for w in r.warnings)
+    m = fake_boot(READY + [["kmsg-raw", r] for r in recs + ["7,2,300,-;hvstor-init: command ended"]]
+                  + [["beat"], ["console", "HVSTOR-EXIT-STATUS=0"], ["exit", 0]])
+    assert not any("end marker" in w for w in m.finish().warnings)
+
+
 def test_deadline(fake_boot: FakeBoot) -> None:
     m = fake_boot(READY + [["beat-forever"]], timeout=1)
     r = m.finish()
