@@ -182,4 +182,33 @@ TEST(RunGateTest, ResumeTellsEveryListenerWhenOneThrows) {
     gate.remove(&second);
 }
 
+// A Section inside another on the same thread is taken without counting again; a pause
+// still waits for the outer one, and a Section on another thread is not nested.
+TEST(RunGateTest, NestedSectionsHoldOffAPauseUntilTheOuterEnds) {
+    RunGate gate;
+    std::atomic<bool> paused{false};
+    std::thread pauser;
+    {
+        RunGate::Section outer(gate);
+        ASSERT_TRUE(outer);
+        pauser = std::thread([&] {
+            gate.pause();
+            paused = true;
+        });
+        while (gate.running()) std::this_thread::yield();  // the gate is closed
+        {
+            RunGate::Section inner(gate);
+            EXPECT_TRUE(inner) << "a nested section is part of the outer one";
+        }
+        std::thread other([&] { EXPECT_FALSE(RunGate::Section(gate)) << "another thread's is not"; });
+        other.join();
+        EXPECT_FALSE(paused.load()) << "the pause returned inside a section";
+    }
+    pauser.join();
+    EXPECT_TRUE(paused.load());
+    EXPECT_FALSE(RunGate::Section(gate)) << "the thread's last section ended with the outer one";
+    gate.resume();
+    EXPECT_TRUE(RunGate::Section(gate));
+}
+
 } // namespace

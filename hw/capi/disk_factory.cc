@@ -1,6 +1,7 @@
 #include "disk_factory.h"
 
 #include "drive_backend.h"
+#include "storage_gate.h"
 
 #include <atomic>
 #include <cerrno>
@@ -25,6 +26,7 @@ public:
     bool read_only() const override { return true; }
     std::string describe() const override { return inner_->describe() + " (read-only)"; }
     void drain() override { inner_->drain(); }
+    bool drained_by_vmm() const override { return inner_->drained_by_vmm(); }
     bool submit_may_block() const override { return inner_->submit_may_block(); }
     // RAM and null keep their bytes in memory or nowhere: a read-only disk may still change
     // its capacity, as a host resizing a read-only volume would.
@@ -84,6 +86,11 @@ AttachedDisk::~AttachedDisk() {
     // The SCSI disk completes through the controller, so its I/O must be over before either
     // goes; the backend's destructor then has nothing left to wait for.
     if (backend_) backend_->drain();
+}
+
+void AttachedDisk::abandon_io(bool on) {
+    if (model_) model_->abandon(on);
+    if (gate_) gate_->abandon(on);
 }
 
 std::string AttachedDisk::stats_json() {
@@ -158,11 +165,18 @@ std::unique_ptr<perf::ModelBackend> DiskFactory::wrap_in_model(std::unique_ptr<b
 std::unique_ptr<AttachedDisk> DiskFactory::attach(storvsp::Controller& ctl, const DiskSpec& spec) const {
     std::unique_ptr<AttachedDisk> d(new AttachedDisk(ctl, spec.lun, disk_name(spec), spec.notices));
     d->backend_ = open_storage(spec);
+    StorageGate* gated = nullptr;
+    if (gate_) {
+        auto g = std::make_unique<StorageGate>(std::move(d->backend_), *gate_);
+        gated = g.get();
+        d->backend_ = std::move(g);
+    }
     if (!spec.perf.empty()) {
         auto model = wrap_in_model(std::move(d->backend_), spec, d->name_);
         d->model_ = model.get();
         d->backend_ = std::move(model);
     }
+    d->gate_ = gated;  // only now: a model refused above took the storage with it
     scsi::DiskConfig dc;
     dc.serial = spec.serial;
     // The disk advertises what the controller accepts, so the guest never sends more.

@@ -17,10 +17,13 @@
 #include "hvstor/perf/clock.h"
 #include "hvstor/perf/model.h"
 #include "hvstor/perf/vm.h"
+#include "hvstor/run_gate.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/controller.h"
 
 namespace hvstor::capi {
+
+class StorageGate;
 
 // What an hv-disk's properties ask for.
 struct DiskSpec {
@@ -76,10 +79,9 @@ public:
     void set_fault(std::string_view text);
     // See scsi::Disk::suspend_faults.
     void suspend_faults(bool on) { disk_->suspend_faults(on); }
-    // See perf::ModelBackend::abandon; nothing without a model.
-    void abandon_io(bool on) {
-        if (model_) model_->abandon(on);
-    }
+    // See perf::ModelBackend::abandon and StorageGate::abandon: what the model holds back,
+    // and what waits for a stopped VM to run, is cancelled.
+    void abandon_io(bool on);
 
     // Changes the capacity while the guest runs (scsi::Disk::resize: the guest's next
     // command gets a unit attention). Throws DiskError with the reason when the size is not
@@ -97,6 +99,7 @@ private:
     const std::string name_;
     std::unique_ptr<backend::Backend> backend_;
     perf::ModelBackend* model_ = nullptr;  // backend_.get() when modelled
+    StorageGate* gate_ = nullptr;          // around the storage, when built with a run gate
     std::unique_ptr<scsi::Disk> disk_;
     bool attached_ = false;
 };
@@ -111,8 +114,11 @@ class DiskFactory {
 public:
     // `vm`: the VM's caps, shared by every modelled disk this factory builds (may be null).
     // `clock`: the models' clock; null for the host's. Another clock must outlive the disks.
-    explicit DiskFactory(std::shared_ptr<perf::VmLimits> vm = nullptr, perf::Clock* clock = nullptr)
-        : vm_(std::move(vm)), clock_(clock) {}
+    // `gate`: the VM's run state; with one, each disk's storage is a StorageGate's (no
+    // request reaches it while the VM is stopped). It must outlive the disks.
+    explicit DiskFactory(std::shared_ptr<perf::VmLimits> vm = nullptr, perf::Clock* clock = nullptr,
+                         RunGate* gate = nullptr)
+        : vm_(std::move(vm)), clock_(clock), gate_(gate) {}
 
     // Builds the disk `spec` describes and attaches it to `ctl`. Throws DiskError.
     std::unique_ptr<AttachedDisk> attach(storvsp::Controller& ctl, const DiskSpec& spec) const;
@@ -127,6 +133,7 @@ private:
 
     std::shared_ptr<perf::VmLimits> vm_;
     perf::Clock* clock_;
+    RunGate* gate_;
 };
 
 } // namespace hvstor::capi

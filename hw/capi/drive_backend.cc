@@ -52,6 +52,8 @@ public:
     void drain() override { ops_.drain(ops_.opaque); }
     // The glue queues each request for the drive's IOThread (HvstorBlockOps.submit).
     bool submit_may_block() const override { return false; }
+    // QEMU's vm_stop drains the block layer, our requests queued for it included.
+    bool drained_by_vmm() const override { return true; }
 
     // Up to the storage's own length: QEMU's block_resize grows that, not the disk.
     bool resize(uint64_t bytes, std::string& err) override {

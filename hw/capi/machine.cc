@@ -270,7 +270,7 @@ std::string Machine::stats_json() {
 
 DiskFactory Machine::disk_factory() const {
     std::lock_guard lock(mu_);
-    return DiskFactory(vm_limits_);
+    return DiskFactory(vm_limits_, nullptr, &host_.run_gate());
 }
 
 ScsiController& Machine::add_controller(const vmbus::Guid& instance, const storvsp::ControllerConfig& cfg,

@@ -101,7 +101,8 @@ void finish_command(Command& cmd, const backend::Request& req) {
         fail_cdb(cmd);
         return;
     case -ECANCELED:
-        // The disk model abandoned it (a reset, an unplug) before it reached storage.
+        // Abandoned (a reset, an unplug) before it reached storage: by the disk model, or
+        // by the storage's run gate that held it while the VM was stopped.
         fail(cmd, kSenseAbortedCommand, kCommandsClearedByDeviceServer);
         return;
     default:

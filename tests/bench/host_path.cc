@@ -3,7 +3,9 @@
 // channel's worker with inline:0) takes them, storvsp maps the guest pages and submits to a
 // null disk, the completions go back into the ring and raise the channel's interrupt; the
 // fake guest reaps them. Nanoseconds per I/O for batches of 1 (QD1) and 32, on 1, 2, 4 and
-// 8 channels, each driven by its own thread. Run by ./hvstor bench --host.
+// 8 channels, each driven by its own thread; gate:1 puts the null disk behind the VM's run
+// gate as a machine's disks are (hw/capi/storage_gate.h), gate:0 submits to it directly.
+// Run by ./hvstor bench --host.
 //
 // The figure includes the fake guest's own work (building packets, polling the ring). With
 // inline:0 it includes one eventfd wake-up of the worker per batch, and on a machine with
@@ -21,6 +23,7 @@
 #include "hvstor/backend/backend.h"
 #include "hvstor/scsi/disk.h"
 #include "hvstor/storvsp/controller.h"
+#include "storage_gate.h"
 #include "storvsc_rings.h"
 
 using namespace hvstor;
@@ -46,9 +49,10 @@ struct Rig {
     std::unique_ptr<scsi::Disk> disk;
     std::vector<StorvscRings::Chan> chans;
 
-    Rig(int n, bool inline_rounds) {
+    Rig(int n, bool inline_rounds, bool gated) {
         std::string err;
         null = backend::make_null(1ull << 30, err);
+        if (gated && null) null = std::make_unique<capi::StorageGate>(std::move(null), host.run_gate());
         ControllerConfig cfg;
         cfg.max_subchannels = 7;
         cfg.inline_rounds = inline_rounds;
@@ -82,7 +86,9 @@ struct Rig {
 
 std::unique_ptr<Rig> rig; // per benchmark run: built before its threads start, freed after
 
-void build_rig(const benchmark::State& state) { rig = std::make_unique<Rig>(state.threads(), state.range(1) != 0); }
+void build_rig(const benchmark::State& state) {
+    rig = std::make_unique<Rig>(state.threads(), state.range(1) != 0, state.range(2) != 0);
+}
 void free_rig(const benchmark::State&) { rig.reset(); }
 
 VmscsiRequest read4k() {
@@ -113,8 +119,8 @@ void BM_HostPath(benchmark::State& state) {
 } // namespace
 
 BENCHMARK(BM_HostPath)
-    ->ArgNames({"batch", "inline"})
-    ->ArgsProduct({{1, 32}, {1, 0}})
+    ->ArgNames({"batch", "inline", "gate"})
+    ->ArgsProduct({{1, 32}, {1, 0}, {0, 1}})
     ->ThreadRange(1, 8)
     ->UseRealTime()
     ->MinTime(0.5)

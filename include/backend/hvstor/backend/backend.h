@@ -70,6 +70,11 @@ public:
     // Returns once every submitted request has completed.
     virtual void drain() = 0;
 
+    // Whether the VMM itself waits for this backend's requests when the VM stops (QEMU's
+    // block layer: vm_stop drains every BlockBackend), so that no one else must. A wrapper
+    // passes its inner backend's answer on.
+    virtual bool drained_by_vmm() const { return false; }
+
     // Changes size() to `bytes`, a non-zero multiple of block_size(), while requests run
     // (any thread). The bytes below the smaller of the two sizes stay as they are; bytes a
     // grow exposes read back as zeros. Requests submitted afterwards are checked against the
