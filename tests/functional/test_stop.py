@@ -1,16 +1,17 @@
 """Stopped means stopped: QMP `stop` while the guest's fio verify run has I/O in flight.
 
-fio writes with crc32c verification on a RAM disk whose 1000th write a stall fault holds,
-so the run waits for that write and a completion is owed when the host stops the VM. While
-the VM is stopped the host takes a snapshot of all guest RAM, releases the held write over
-QMP (the disk completes it then, on the main loop), waits for the disk to let go of it,
-and takes a second snapshot: the two must be byte-identical, since the completion may
-reach the ring and the guest's interrupt only once the VM runs. A disk plugged and unplugged
-while stopped (QMP device_add, device_del) changes nothing either: a third snapshot is the
-same. After `cont` the write completes and fio finishes its run and its verification
-without an error.
+fio writes with crc32c verification on a RAM disk and reads it all back; a stall fault
+holds its 1000th read, so the run waits for that read and a completion is owed when the
+host stops the VM. While the VM is stopped the host takes a snapshot of all guest RAM,
+releases the held read over QMP, waits for the disk to let go of it, and takes a second
+snapshot: the two must be byte-identical. The released read must not reach the storage
+(which would copy the data into the guest's buffer) before the VM runs, and its completion
+may reach the ring and the guest's interrupt only then. A disk plugged and unplugged while
+stopped (QMP device_add, device_del) changes nothing either: a third snapshot is the same.
+After `cont` the read completes and fio finishes its run and its verification without an
+error.
 
-No step is sized to how long anything takes: the host waits for the write to be held, and
+No step is sized to how long anything takes: the host waits for the read to be held, and
 for it to be released, by asking the disk; the pause between the snapshots only gives a
 device that ignores the stop time to write, and a slow machine only lengthens it."""
 
@@ -32,7 +33,7 @@ D0 = "/machine/peripheral/d0"
 MEM = 512 << 20
 # Guest RAM as pmemsave reads it, without the legacy VGA and BIOS window (devices' MMIO).
 RANGES = [(0, 0xA0000), (0x100000, MEM - 0x100000)]
-# Between the snapshots, after the held write was released: time for a device that ignores
+# Between the snapshots, after the held read was released: time for a device that ignores
 # the stop to write its completion. Not a bound: nothing waits for it to be enough.
 SETTLE = 3.0
 
@@ -53,13 +54,13 @@ def snapshot(m: Machine, path: Any) -> str:
 def test_stop(boot: Boot, checks: Checks, tmp_path: Any) -> None:
     m = boot(guest(vcpus=2, mem="512M", cmd=GUEST,
                    disks=[Disk({"id": "d0", "backend": "ram", "size": "64M",
-                                "fault": "stall=hold,ops=write,every=1000,count=1"})]))
-    m.wait_until(lambda: stats(m, "d0")["stalled"] == 1, "fio's 1000th write, held by the stall fault")
+                                "fault": "stall=hold,ops=read,every=1000,count=1"})]))
+    m.wait_until(lambda: stats(m, "d0")["stalled"] == 1, "the 1000th read (fio's verification), held by the stall fault")
     m.qmp("stop")
     status = m.qmp("query-status")["status"]
     first = snapshot(m, tmp_path / "ram1")
     m.qmp("qom-set", path=D0, property="fault", value="none")
-    m.wait_until(lambda: stats(m, "d0")["stalled"] == 0, "the held write released")
+    m.wait_until(lambda: stats(m, "d0")["stalled"] == 0, "the held read released")
     time.sleep(SETTLE)
     second = snapshot(m, tmp_path / "ram2")
     plug_and_unplug(m)
