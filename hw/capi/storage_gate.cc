@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <utility>
 
+#include "hvstor/trace.h"
+
 namespace hvstor::capi {
 
 StorageGate::StorageGate(std::unique_ptr<backend::Backend> storage, RunGate& gate)
@@ -32,6 +34,8 @@ void StorageGate::submit(std::span<backend::Request* const> reqs) {
         // on_resume, and finds these.
         if (!gate_.running()) {
             held_.insert(held_.end(), reqs.begin(), reqs.end());
+            lock.unlock();
+            trace<HVSTOR_TRACE_storage_held>(trace_id(), reqs.size());
             return;
         }
     }
@@ -54,6 +58,7 @@ void StorageGate::on_resume() {
             if (--g.resubmitting_ == 0) g.resubmitted_.notify_all();
         }
     } done{*this};
+    trace<HVSTOR_TRACE_storage_resumed>(trace_id(), go.size());
     // The resuming thread (QEMU's main loop): the storage's submit does not wait for it,
     // though a file's may wait for room in the kernel's AIO queue.
     submit(go);
@@ -90,6 +95,8 @@ size_t StorageGate::held() const {
 }
 
 void StorageGate::cancel(std::span<backend::Request* const> reqs) {
+    if (reqs.empty()) return;
+    trace<HVSTOR_TRACE_storage_cancelled>(trace_id(), reqs.size());
     for (backend::Request* r : reqs) {
         r->result = -ECANCELED;
         r->done->complete(r);

@@ -61,7 +61,7 @@ public:
 private:
     void on_resume() override;
     void on_pause() override;
-    static void cancel(std::span<backend::Request* const> reqs);
+    void cancel(std::span<backend::Request* const> reqs);
 
     std::unique_ptr<backend::Backend> inner_;
     RunGate& gate_;

@@ -17,6 +17,7 @@
 #include "disk_factory.h"
 #include "hvstor/perf/clock.h"
 #include "storage_gate.h"
+#include "trace_capture.h"
 
 using namespace hvstor;
 using hvstor::capi::DiskFactory;
@@ -198,6 +199,8 @@ TEST(StorageGate, StorageTheVmmDrainsIsNotWaitedFor) {
 TEST(StorageGate, AbandonCancelsWhatWaitsForTheVm) {
     RunGate run;
     StorageGate gate(ram(1 << 20), run);
+    gate.set_trace_id(7);
+    hvstor::test::TraceCapture trace;
     std::vector<uint8_t> a(kBlock), b(kBlock), c(kBlock);
     Sink sink;
     Io ra(backend::Op::Read, 0, a, sink), rb(backend::Op::Read, 0, b, sink), rc(backend::Op::Read, 0, c, sink);
@@ -218,6 +221,11 @@ TEST(StorageGate, AbandonCancelsWhatWaitsForTheVm) {
     run.resume();
     EXPECT_EQ(sink.results, (std::vector<int>{-ECANCELED, -ECANCELED, 0}));
     for (auto& [req, n] : sink.times) EXPECT_EQ(n, 1) << "a request completed " << n << " times";
+    // What the host saw: a and c held, a and b cancelled, c handed on when the VM ran.
+    using Args = std::vector<std::vector<uint64_t>>;
+    EXPECT_EQ(trace.traced(HVSTOR_TRACE_storage_held), (Args{{7, 1}, {7, 1}}));
+    EXPECT_EQ(trace.traced(HVSTOR_TRACE_storage_cancelled), (Args{{7, 1}, {7, 1}}));
+    EXPECT_EQ(trace.traced(HVSTOR_TRACE_storage_resumed), (Args{{7, 1}}));
 }
 
 // Storage that notes a request it gets while the test says the VM is stopped: from pause()'s

@@ -12,6 +12,9 @@ After `cont` the machine boots again; the same command finds the mark stage 1 le
 second disk and reads the capped one. No step waits for a time: the host waits for the
 reads to be queued and for the held one by asking the disk."""
 
+import os
+from typing import Any
+
 from conftest import Boot, Checks, Disk, guest, stats
 from guestlib import LUN_HELPERS
 
@@ -33,12 +36,13 @@ echo STILL-IN-STAGE1
 """ % QUEUED
 
 
-def test_stop_reset(boot: Boot, checks: Checks) -> None:
+def test_stop_reset(boot: Boot, checks: Checks, tmp_path: Any) -> None:
     # -action reboot=reset: the machine layer's -no-reboot would make system_reset a shutdown.
+    log = os.path.join(str(tmp_path), "qemu-d.log")
     g = guest(kernel="debian-6.12", vcpus=2, cmd=LUN_HELPERS + GUEST,
               disks=[Disk({"id": "d0", "backend": "ram", "size": "64M", "perf": "iops=5,burst=off"}),
                      Disk({"id": "d1", "backend": "ram", "size": "1M"}, lun=1)],
-              qemu_args=["-action", "reboot=reset"])
+              qemu_args=["-action", "reboot=reset", "-trace", "hvstor_storage_*", "-D", log])
     m = boot(g)
     m.wait_console("FIO-STARTS")
     m.wait_until(lambda: stats(m, "d0")["queue"]["now"] >= QUEUED - 4, f"{QUEUED} reads behind the cap")
@@ -62,3 +66,8 @@ def test_stop_reset(boot: Boot, checks: Checks) -> None:
     checks.boot_ok(r, "the guest booted again after cont and its command finished")
     checks.has(r.output, "^READ-AFTER-RESET-OK$", "and read the capped disk")
     checks.lacks(r.output, "^STILL-IN-STAGE1$", "stage 1 ended in the reset")
+    with open(log, encoding="utf-8", errors="replace") as f:
+        traced = [ln.split()[0].split(":")[-1] for ln in f if "hvstor_storage_" in ln]
+    checks.that("hvstor_storage_held" in traced and "hvstor_storage_cancelled" in traced,
+                f"QEMU's trace shows the storage's gate holding reads and the reset cancelling them "
+                f"({sorted(set(traced))})")

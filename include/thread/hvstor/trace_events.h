@@ -57,6 +57,12 @@
     X(backend_submit, 4)        /* disk id, op, offset, bytes: the storage takes a request */ \
     X(backend_complete, 3)      /* disk id, op, result (0, or -errno as int64) */           \
     X(backend_error, 3)         /* disk id, op, errno: a request failed (also _complete) */ \
+    /* disk id, requests: the storage's run gate (hw/capi/storage_gate.h) holds requests    \
+     * that came while the VM is stopped; hands them on when it runs; cancels them (a reset \
+     * or removal while stopped) */                                                          \
+    X(storage_held, 2)                                                                       \
+    X(storage_resumed, 2)                                                                    \
+    X(storage_cancelled, 2)                                                                  \
     /* limiter: 1 the disk's IOPS cap, 2 its bandwidth cap, 3 the read or write IOPS cap, 4  \
      * the read or write bandwidth cap, 5 shared caps (a model object's or the VM's), 6      \
      * max-outstanding (ns 0: until a completion), 0 another. Times are ns of the model's   \
