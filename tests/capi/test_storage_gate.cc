@@ -148,16 +148,27 @@ TEST(StorageGate, AReadWhileStoppedWaitsForTheVmAndWritesNothingBefore) {
     EXPECT_EQ(buf, std::vector<uint8_t>(kBlock, 0xA5));
 }
 
-TEST(StorageGate, StoppingWaitsForWhatTheStorageHas) {
+// A gate over HeldStorage, and a read submitted while the VM runs: at the storage.
+struct OneReadAtTheStorage {
+    explicit OneReadAtTheStorage(bool by_vmm)
+        : held(*new HeldStorage(by_vmm)), gate(std::unique_ptr<backend::Backend>(&held), run),
+          rd(backend::Op::Read, 0, buf, sink) {
+        backend::Request* r = rd.ptr();
+        gate.submit({&r, 1});
+    }
     RunGate run;
-    auto storage = std::make_unique<HeldStorage>(false);
-    HeldStorage& held = *storage;
-    StorageGate gate(std::move(storage), run);
-    std::vector<uint8_t> buf(kBlock);
+    HeldStorage& held;  // the gate's
+    StorageGate gate;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(kBlock);
     Sink sink;
-    Io rd(backend::Op::Read, 0, buf, sink);
-    backend::Request* r = rd.ptr();
-    gate.submit({&r, 1});
+    Io rd;
+};
+
+TEST(StorageGate, StoppingWaitsForWhatTheStorageHas) {
+    OneReadAtTheStorage t(false);
+    RunGate& run = t.run;
+    HeldStorage& held = t.held;
+    Sink& sink = t.sink;
     ASSERT_EQ(held.in_flight(), 1u);
 
     std::atomic<bool> stopped{false};
@@ -179,15 +190,10 @@ TEST(StorageGate, StoppingWaitsForWhatTheStorageHas) {
 TEST(StorageGate, StorageTheVmmDrainsIsNotWaitedFor) {
     // QEMU's block layer: vm_stop drains it itself, and a request werror=stop holds there
     // stays until the VM runs again; waiting for it in the run-state handler never ends.
-    RunGate run;
-    auto storage = std::make_unique<HeldStorage>(true);
-    HeldStorage& held = *storage;
-    StorageGate gate(std::move(storage), run);
-    std::vector<uint8_t> buf(kBlock);
-    Sink sink;
-    Io rd(backend::Op::Read, 0, buf, sink);
-    backend::Request* r = rd.ptr();
-    gate.submit({&r, 1});
+    OneReadAtTheStorage t(true);
+    RunGate& run = t.run;
+    HeldStorage& held = t.held;
+    Sink& sink = t.sink;
     run.pause();
     EXPECT_EQ(held.drains.load(), 0);
     EXPECT_EQ(held.in_flight(), 1u);

@@ -31,6 +31,29 @@ disks() { ls /sys/block | grep -c '^sd'; }
 has_disks() { [ "$(disks)" -ge "$1" ]; }
 """
 
+# A guest command that lives across a machine reset (LUN_HELPERS + reads_across_a_reset()):
+# before the reset it marks LUN 1, keeps `queued` random 4 KiB reads in flight on LUN 0 with
+# fio, prints FIO-STARTS and runs `then` (which should end in the reset); after it, the same
+# command finds the mark and reads LUN 0 once: READ-AFTER-RESET-OK. STILL-IN-STAGE1 means
+# `then` came back.
+def reads_across_a_reset(queued: int, then: str) -> str:
+    return r"""
+M=$(wait_lun 1)
+if [ "$(dd if=/dev/$M bs=512 count=1 2>/dev/null | head -c 6)" = STAGE1 ]; then
+  D=$(wait_lun 0)
+  dd if=/dev/$D of=/dev/null bs=4096 count=16 iflag=direct 2>/dev/null && echo READ-AFTER-RESET-OK
+  exit 0
+fi
+printf STAGE1 | dd of=/dev/$M bs=512 conv=sync oflag=direct 2>/dev/null
+D=$(wait_lun 0)
+fio --name=q --filename=/dev/$D --direct=1 --ioengine=libaio --iodepth=%d --rw=randread --bs=4k \
+    --time_based --runtime=3600 >/dev/null 2>&1 &
+echo FIO-STARTS
+%s
+echo STILL-IN-STAGE1
+""" % (queued, then)
+
+
 # What the patched-module tests read in the guest: the running kernel, the loaded
 # hv_storvsc's version, srcversion, taint and storvsc_vcpus_per_sub_channel, the hardware
 # queues and the tag flags of sda; with HVSTOR_FIO=1 before it, also a fio crc32c verify

@@ -16,24 +16,10 @@ import os
 from typing import Any
 
 from conftest import Boot, Checks, Disk, guest, stats
-from guestlib import LUN_HELPERS
+from guestlib import LUN_HELPERS, reads_across_a_reset
 
 QUEUED = 32
-GUEST = r"""
-M=$(wait_lun 1)
-if [ "$(dd if=/dev/$M bs=512 count=1 2>/dev/null | head -c 6)" = STAGE1 ]; then
-  D=$(wait_lun 0)
-  dd if=/dev/$D of=/dev/null bs=4096 count=16 iflag=direct 2>/dev/null && echo READ-AFTER-RESET-OK
-  exit 0
-fi
-printf STAGE1 | dd of=/dev/$M bs=512 conv=sync oflag=direct 2>/dev/null
-D=$(wait_lun 0)
-fio --name=q --filename=/dev/$D --direct=1 --ioengine=libaio --iodepth=%d --rw=randread --bs=4k \
-    --time_based --runtime=3600 >/dev/null 2>&1 &
-echo FIO-STARTS
-sleep 3600
-echo STILL-IN-STAGE1
-""" % QUEUED
+GUEST = reads_across_a_reset(QUEUED, 'sleep 3600')
 
 
 def test_stop_reset(boot: Boot, checks: Checks, tmp_path: Any) -> None:
