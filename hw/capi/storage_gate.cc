@@ -67,7 +67,9 @@ void StorageGate::on_resume() {
 void StorageGate::drain() {
     {
         std::unique_lock lock(mu_);
+        draining_++;
         resubmitted_.wait(lock, [this] { return resubmitting_ == 0; });
+        draining_--;
     }
     inner_->drain();
 }
@@ -92,6 +94,11 @@ void StorageGate::abandon(bool on) {
 size_t StorageGate::held() const {
     std::lock_guard lock(mu_);
     return held_.size();
+}
+
+int StorageGate::draining() const {
+    std::lock_guard lock(mu_);
+    return draining_;
 }
 
 void StorageGate::cancel(std::span<backend::Request* const> reqs) {

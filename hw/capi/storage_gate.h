@@ -57,6 +57,8 @@ public:
 
     // Requests held for the VM to run (statistics and tests).
     size_t held() const;
+    // Drains waiting for a resume to hand held requests on (tests).
+    int draining() const;
 
 private:
     void on_resume() override;
@@ -69,6 +71,7 @@ private:
     std::vector<backend::Request*> held_;  // at most what the guest has outstanding
     bool abandoning_ = false;
     int resubmitting_ = 0;                 // resumes handing held requests to the storage
+    int draining_ = 0;                     // drains waiting for them
     std::condition_variable resubmitted_;
 };
 

@@ -192,9 +192,10 @@ static bool hv_vmbus_bridge_create(HvVmbusBridge *s, uint32_t nr_vps, uint32_t v
  * Stopped means stopped: from the moment the VM stops (QMP stop, a gdbstub halt,
  * dump-guest-memory, an I/O error stop) until it runs again, no channel reads a ring,
  * writes guest memory or raises an interrupt, and SynIC messages and event flags wait.
- * QEMU has paused the vCPUs before it calls this; the pause waits only for ring rounds
- * and deliveries already in progress on device threads, which never wait for the main
- * loop. Completions that arrive meanwhile go out on resume, before the vCPUs run.
+ * QEMU has paused the vCPUs before it calls this; the pause waits for ring rounds and
+ * deliveries already in progress on device threads, which never wait for the main loop,
+ * then for the disks' storage I/O in flight (QEMU drains drive= disks itself, after this).
+ * Completions, and disk requests released meanwhile, go out on resume, before the vCPUs run.
  */
 static void hv_vmbus_bridge_run_state(void *opaque, bool running, RunState state)
 {

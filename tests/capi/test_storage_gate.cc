@@ -332,14 +332,13 @@ TEST(StorageGate, ADrainWaitsForHeldRequestsAResumeIsHandingOn) {
     gate.submit({&r, 1});
     std::thread resumer([&] { run.resume(); });
     while (!slow.entered.load()) std::this_thread::yield();
-    std::atomic<bool> draining{false}, drained{false};
+    std::atomic<bool> drained{false};
     std::thread drainer([&] {
-        draining = true;
         gate.drain();
         drained = true;
     });
-    while (!draining.load()) std::this_thread::yield();
-    for (int i = 0; i < 10000 && !drained.load(); i++) std::this_thread::yield();
+    // Either the drain waits for the resume, or it returned without waiting (the bug).
+    while (gate.draining() == 0 && !drained.load()) std::this_thread::yield();
     EXPECT_FALSE(drained.load()) << "the drain returned before the held request reached the storage";
     slow.go = true;
     resumer.join();

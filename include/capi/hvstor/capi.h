@@ -96,12 +96,14 @@ void hvstor_vmbus_reset(HvstorVmbus *vb);
 /*
  * The VM's run state, from the VMM's run-state handler on its main thread. Paused (false):
  * from its return until the next resume, no thread of the model reads a ring, writes guest
- * memory or raises an interrupt; it waits only for ring rounds and SynIC deliveries already
+ * memory or raises an interrupt. It waits for the ring rounds and SynIC deliveries already
  * in progress, which never wait for the guest (a round may wait for a file backend's
- * submission; poll_while_waiting runs meanwhile). Completions, messages and event flags that come while paused are held and go
- * out on resume (true). Disk commands submitted before the pause still move their data
- * when they run (a read writes guest memory then): only their completions wait. Resets,
- * closes and disk removals work while paused. A new VMBus starts running.
+ * submission; poll_while_waiting runs meanwhile), then for the disks' storage I/O in flight
+ * (not a drive='s: QEMU's vm_stop drains its block layer itself). Completions, messages and
+ * event flags that come while paused are held and go out on resume (true), and so are disk
+ * requests a model or a stall fault releases meanwhile: no data moves. Resets, closes and
+ * disk removals work while paused (they cancel the held requests). A new VMBus starts
+ * running.
  */
 void hvstor_vmbus_set_running(HvstorVmbus *vb, bool running);
 

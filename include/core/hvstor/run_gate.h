@@ -3,7 +3,7 @@
 // While the VMM has the VM stopped (QMP `stop`, a debugger's halt, a memory dump), no thread
 // of the model may read a ring, write guest memory or raise an interrupt. Every piece of code
 // that does one of those runs inside a Section: a channel's round, a SynIC delivery, an event
-// flag. A Section is taken without waiting; when the VM is paused it is not taken, and the
+// flag; storage I/O is handed to the storage inside one (below). A Section is taken without waiting; when the VM is paused it is not taken, and the
 // code leaves its work where it is (a completion stays on its queue, a message in the SynIC's,
 // a packet in the ring) for a Listener to pick up on resume.
 //
