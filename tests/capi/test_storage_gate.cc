@@ -346,18 +346,24 @@ TEST(StorageGate, ADrainWaitsForHeldRequestsAResumeIsHandingOn) {
     EXPECT_EQ(sink.results, std::vector<int>{0});
 }
 
-using StorageGateDiskTest = capi::test::ControllerTest;
-
-TEST_F(StorageGateDiskTest, AModelReleasingAReadWhileStoppedWritesNoGuestMemory) {
-    // The disk as the machine builds it: the model over the gated storage. The model holds
-    // a read for its latency; its timer fires while the VM is stopped.
+// The disk as the machine builds it: a model at 100 IOPS over the gated RAM storage, on a
+// virtual clock.
+class StorageGateDiskTest : public capi::test::ControllerTest {
+protected:
+    std::unique_ptr<capi::AttachedDisk> modelled_disk() {
+        DiskSpec s;
+        s.backend = "ram";
+        s.size = 1 << 20;
+        s.perf = "iops=100";
+        return DiskFactory(nullptr, &clock, &run).attach(ctl(), s);
+    }
     perf::VirtualClock clock;
     RunGate run;
-    DiskSpec s;
-    s.backend = "ram";
-    s.size = 1 << 20;
-    s.perf = "iops=100";
-    auto d = DiskFactory(nullptr, &clock, &run).attach(ctl(), s);
+};
+
+TEST_F(StorageGateDiskTest, AModelReleasingAReadWhileStoppedWritesNoGuestMemory) {
+    // The model holds reads for its caps; its timer fires while the VM is stopped.
+    auto d = modelled_disk();
     ASSERT_NE(d->model(), nullptr);
     write_block(d->model()->inner(), 0x5A);
 
@@ -389,13 +395,7 @@ TEST_F(StorageGateDiskTest, AModelReleasingAReadWhileStoppedWritesNoGuestMemory)
 }
 
 TEST_F(StorageGateDiskTest, ADiskRemovedWhileStoppedCancelsWhatItHeld) {
-    perf::VirtualClock clock;
-    RunGate run;
-    DiskSpec s;
-    s.backend = "ram";
-    s.size = 1 << 20;
-    s.perf = "iops=100";
-    auto d = DiskFactory(nullptr, &clock, &run).attach(ctl(), s);
+    auto d = modelled_disk();
     std::vector<uint8_t> buf(kBlock, 0);
     Sink sink;
     Io rd(backend::Op::Read, 0, buf, sink);
