@@ -98,6 +98,7 @@ public:
     uint64_t size() const override { return inner_->size(); }
     // Admission and the timer take the model's lock briefly; the issue is the inner disk's.
     bool submit_may_block() const override { return inner_->submit_may_block(); }
+    bool drained_by_vmm() const override { return inner_->drained_by_vmm(); }
     uint32_t block_size() const override { return inner_->block_size(); }
     bool read_only() const override { return inner_->read_only(); }
     std::string describe() const override { return "perf(" + summarize(cfg_) + ") over " + inner_->describe(); }

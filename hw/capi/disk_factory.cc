@@ -17,24 +17,14 @@ namespace {
 // RAM and null backends have no read-only mode of their own, and readonly=on must not be
 // ignored for them. The SCSI disk already write-protects a disk whose backend says so; the
 // -EROFS here keeps the backend's contract for any other submitter.
-class ReadOnlyBackend final : public backend::Backend {
+// RAM and null keep their bytes in memory or nowhere: a read-only disk may still change its
+// capacity (resize passes on), as a host resizing a read-only volume would.
+class ReadOnlyBackend final : public backend::WrappingBackend {
 public:
-    explicit ReadOnlyBackend(std::unique_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
+    using WrappingBackend::WrappingBackend;
 
-    uint64_t size() const override { return inner_->size(); }
-    uint32_t block_size() const override { return inner_->block_size(); }
     bool read_only() const override { return true; }
     std::string describe() const override { return inner_->describe() + " (read-only)"; }
-    void drain() override { inner_->drain(); }
-    bool drained_by_vmm() const override { return inner_->drained_by_vmm(); }
-    bool submit_may_block() const override { return inner_->submit_may_block(); }
-    // RAM and null keep their bytes in memory or nowhere: a read-only disk may still change
-    // its capacity, as a host resizing a read-only volume would.
-    bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
-    void set_trace_id(uint32_t id) override {
-        Backend::set_trace_id(id);
-        inner_->set_trace_id(id);
-    }
 
     void submit(std::span<backend::Request* const> reqs) override {
         // A batch of reads and flushes passes whole, so the inner backend still sees batches.
@@ -51,8 +41,6 @@ public:
 
 private:
     static bool allowed(backend::Op op) { return op == backend::Op::Read || op == backend::Op::Flush; }
-
-    std::unique_ptr<backend::Backend> inner_;
 };
 
 // The disk id of trace events (hvstor/trace_events.h): 1 for the first disk this process

@@ -8,7 +8,7 @@
 namespace hvstor::capi {
 
 StorageGate::StorageGate(std::unique_ptr<backend::Backend> storage, RunGate& gate)
-    : inner_(std::move(storage)), gate_(gate) {
+    : WrappingBackend(std::move(storage)), gate_(gate) {
     gate_.add_storage(this);
 }
 

@@ -26,23 +26,11 @@
 
 namespace hvstor::capi {
 
-class StorageGate final : public backend::Backend, private RunGate::Listener {
+class StorageGate final : public backend::WrappingBackend, private RunGate::Listener {
 public:
     StorageGate(std::unique_ptr<backend::Backend> storage, RunGate& gate);
     // Held requests must be gone (abandon) and the storage drained before.
     ~StorageGate() override;
-
-    uint64_t size() const override { return inner_->size(); }
-    uint32_t block_size() const override { return inner_->block_size(); }
-    bool read_only() const override { return inner_->read_only(); }
-    std::string describe() const override { return inner_->describe(); }
-    bool submit_may_block() const override { return inner_->submit_may_block(); }
-    bool drained_by_vmm() const override { return inner_->drained_by_vmm(); }
-    bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
-    void set_trace_id(uint32_t id) override {
-        Backend::set_trace_id(id);
-        inner_->set_trace_id(id);
-    }
 
     void submit(std::span<backend::Request* const> reqs) override;
     // Waits for the storage, and for held requests that a resume is handing to it. Those
@@ -65,7 +53,6 @@ private:
     void on_pause() override;
     void cancel(std::span<backend::Request* const> reqs);
 
-    std::unique_ptr<backend::Backend> inner_;
     RunGate& gate_;
     mutable std::mutex mu_;
     std::vector<backend::Request*> held_;  // at most what the guest has outstanding

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace hvstor::backend {
 
@@ -93,6 +94,29 @@ public:
 
 private:
     uint32_t trace_id_ = 0;
+};
+
+// A backend over another that passes everything on to it but what the subclass overrides:
+// submit() always (the reason to wrap), and whatever else the wrapper changes.
+class WrappingBackend : public Backend {
+public:
+    explicit WrappingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+    uint64_t size() const override { return inner_->size(); }
+    uint32_t block_size() const override { return inner_->block_size(); }
+    bool read_only() const override { return inner_->read_only(); }
+    std::string describe() const override { return inner_->describe(); }
+    bool submit_may_block() const override { return inner_->submit_may_block(); }
+    void drain() override { inner_->drain(); }
+    bool drained_by_vmm() const override { return inner_->drained_by_vmm(); }
+    bool resize(uint64_t bytes, std::string& err) override { return inner_->resize(bytes, err); }
+    void set_trace_id(uint32_t id) override {
+        Backend::set_trace_id(id);
+        inner_->set_trace_id(id);
+    }
+
+protected:
+    const std::unique_ptr<Backend> inner_;
 };
 
 // Where every storage backend (file, RAM, null, the glue's drive) starts and ends each
