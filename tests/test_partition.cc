@@ -374,3 +374,253 @@ TEST_F(PartitionTest, ResetClearsState) {
     EXPECT_EQ(v, 0u);
     EXPECT_FALSE(p.hypercall_page_enabled());
 }
+
+namespace {
+
+// The partition's saved state written field by field, as another build (or a hostile
+// migration source) would: the tests below change one field at a time.
+struct PartitionImage {
+    uint32_t tag = 0x48565054;
+    uint32_t version = 1;
+    uint64_t guest_os_id = 0, hypercall = 0, tsc_invariant = 0, reference_tsc = 0;
+    std::vector<uint64_t> vp_assist = std::vector<uint64_t>(4);
+    std::vector<uint8_t> synic; // the SynIC's section, as Synic::save writes it
+
+    std::vector<uint8_t> bytes() const {
+        state::Writer w;
+        w.begin(tag, version);
+        w.u64(guest_os_id);
+        w.u64(hypercall);
+        w.u64(tsc_invariant);
+        w.u64(reference_tsc);
+        w.u32(uint32_t(vp_assist.size()));
+        for (uint64_t a : vp_assist) w.u64(a);
+        auto out = w.take();
+        out.insert(out.end(), synic.begin(), synic.end());
+        return out;
+    }
+};
+
+template <typename T> std::vector<uint8_t> saved(const T& obj) {
+    state::Writer w;
+    obj.save(w);
+    return w.take();
+}
+
+// Every MSR a guest can read on every VP, for comparing two partitions.
+std::vector<uint64_t> all_msrs(Partition& part) {
+    std::vector<uint32_t> msrs = {msr::kGuestOsId,    msr::kHypercall, msr::kVpIndex,  msr::kVpAssistPage,
+                                  msr::kReferenceTsc, msr::kScontrol,  msr::kSversion, msr::kSiefp,
+                                  msr::kSimp,         msr::kTscInvariantControl};
+    for (uint32_t m = msr::kSint0; m <= msr::kSint15; m++) msrs.push_back(m);
+    std::vector<uint64_t> out;
+    for (uint32_t vp = 0; vp < part.nr_vps(); vp++)
+        for (uint32_t m : msrs) {
+            uint64_t v = 0xDEAD;
+            EXPECT_EQ(part.rdmsr(vp, m, v), MsrResult::Handled) << std::hex << m;
+            out.push_back(v);
+        }
+    return out;
+}
+
+// The source and destination of a migration: each its own host (guest RAM) and partition.
+class PartitionSaveTest : public PartitionTest {
+protected:
+    FakeHost host2;
+    Partition p2{host2, PartitionConfig{4, kPort}};
+    // A 4-VP SynIC at power-on, for images that need a valid SynIC section.
+    Partition blank{host2, PartitionConfig{4, kPort}};
+
+    PartitionImage image() {
+        PartitionImage img;
+        img.synic = saved(blank.synic());
+        return img;
+    }
+    bool load(const std::vector<uint8_t>& b) {
+        state::Reader r(b);
+        const bool ok = p2.load(r);
+        error = r.error();
+        EXPECT_EQ(ok, r.ok());
+        return ok;
+    }
+    // Gives p2 a state of its own, so a refused load that changed it shows.
+    void give_target_state() {
+        ASSERT_EQ(p2.wrmsr(0, msr::kGuestOsId, 0x1234), MsrResult::Handled);
+        ASSERT_EQ(p2.wrmsr(0, msr::kHypercall, 0x3FF001), MsrResult::Handled);
+        ASSERT_EQ(p2.wrmsr(3, msr::kVpAssistPage, 0x3FE001), MsrResult::Handled);
+        ASSERT_EQ(p2.wrmsr(2, msr::kSint0 + 1, 0x42), MsrResult::Handled);
+        std::vector<uint8_t> m(5, 0x55);
+        ASSERT_TRUE(p2.synic().post_message(2, 1, 9, m));
+    }
+    // Expects a refusal naming `why`, with p2 unchanged.
+    void expect_refused(const std::vector<uint8_t>& b, const std::string& why) {
+        give_target_state();
+        const auto before = saved(p2);
+        EXPECT_FALSE(load(b));
+        EXPECT_NE(error.find(why), std::string::npos) << error;
+        EXPECT_EQ(saved(p2), before) << "a refused load changed the partition";
+        EXPECT_TRUE(p2.hypercall_page_enabled());
+    }
+
+    std::string error;
+};
+
+} // namespace
+
+// What the stream holds, field by field: a change to it without a new version fails here.
+TEST_F(PartitionSaveTest, SavedStreamHasTheDocumentedLayout) {
+    enable_hypercalls();
+    p.wrmsr(0, msr::kTscInvariantControl, 1);
+    p.wrmsr(1, msr::kReferenceTsc, 0x7000);
+    p.wrmsr(2, msr::kVpAssistPage, 0x400001);
+    p.wrmsr(3, msr::kSimp, 0x500001);
+    PartitionImage img;
+    img.guest_os_id = FakeGuest::kLinuxGuestOsId;
+    img.hypercall = FakeGuest::kHypercallPage | 1;
+    img.tsc_invariant = 1;
+    img.reference_tsc = 0x7000;
+    img.vp_assist[2] = 0x400001;
+    img.synic = saved(p.synic());
+    EXPECT_EQ(saved(p), img.bytes());
+}
+
+// A migration: the destination reads back every MSR the source had, makes hypercalls, and
+// delivers the queued message as the source does; the load itself wrote no guest memory
+// (the hypercall page comes with guest RAM) and raised nothing.
+TEST_F(PartitionSaveTest, RoundTripGivesTheGuestTheSamePartition) {
+    FakeGuest g(host, p);
+    g.enable_synic(1);
+    p.wrmsr(0, msr::kTscInvariantControl, 1);
+    p.wrmsr(1, msr::kReferenceTsc, 0x7000);
+    p.wrmsr(2, msr::kVpAssistPage, 0x400001);
+    p.wrmsr(3, msr::kVpAssistPage, 0x401000);
+    host.run_gate().pause();
+    ASSERT_TRUE(p.synic().post_message(1, 2, 4, std::vector<uint8_t>(40, 0xA5)));
+    const auto stream = saved(p);
+
+    host2.run_gate().pause();
+    ASSERT_TRUE(load(stream)) << error;
+    EXPECT_EQ(all_msrs(p2), all_msrs(p));
+    EXPECT_TRUE(p2.hypercall_page_enabled());
+    EXPECT_EQ(p2.synic().queued_messages(1, 2), 1u);
+    EXPECT_EQ(host2.load<uint32_t>(FakeGuest::kHypercallPage), 0u) << "load wrote the hypercall page";
+    EXPECT_EQ(host2.load<uint32_t>(g.simp(1) + 2 * 256), 0u) << "load wrote a message slot";
+    EXPECT_TRUE(host2.irqs.empty());
+    EXPECT_EQ(p2.stats().hypercalls, 0u);
+    EXPECT_EQ(saved(p2), stream);
+
+    RecordingHandler h;
+    p2.set_message_handler(&h);
+    EXPECT_EQ(status(p2.hypercall(3, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::Success));
+    host.run_gate().resume();
+    host2.run_gate().resume();
+    EXPECT_EQ(std::memcmp(host2.ram(g.simp(1)), host.ram(g.simp(1)), 4096), 0);
+    EXPECT_EQ(host2.load<uint32_t>(g.simp(1) + 2 * 256), 4u);
+    ASSERT_EQ(host2.irqs.size(), 1u);
+    EXPECT_EQ(host2.irqs[0].vp, 1u);
+    EXPECT_EQ(host2.irqs[0].vector, FakeGuest::kVector);
+}
+
+// Every prefix of a valid stream is refused and leaves the partition as it was, a cut in
+// the SynIC's section included: the partition's MSRs wait for the SynIC's to parse.
+TEST_F(PartitionSaveTest, EveryTruncationIsRefused) {
+    FakeGuest g(host, p);
+    g.enable_synic(0);
+    p.wrmsr(1, msr::kVpAssistPage, 0x400001);
+    host.run_gate().pause();
+    ASSERT_TRUE(p.synic().post_message(0, 2, 1, std::vector<uint8_t>(12, 1)));
+    ASSERT_TRUE(p.synic().signal_event(0, 2, 3));
+    const auto stream = saved(p);
+    host.run_gate().resume();
+    give_target_state();
+    const auto before = saved(p2);
+    for (size_t len = 0; len < stream.size(); len++) {
+        const std::vector<uint8_t> cut(stream.begin(), stream.begin() + len);
+        ASSERT_FALSE(load(cut)) << "a stream cut at " << len << " of " << stream.size() << " bytes was loaded";
+        ASSERT_EQ(saved(p2), before) << "cut at " << len;
+        ASSERT_TRUE(p2.hypercall_page_enabled());
+    }
+    EXPECT_TRUE(load(stream)) << error;
+    EXPECT_EQ(saved(p2), stream);
+}
+
+TEST_F(PartitionSaveTest, RefusesAnotherVpCount) {
+    FakeHost other_host;
+    Partition two{other_host, PartitionConfig{2, kPort}};
+    expect_refused(saved(two), "the VP assist page count differs from this partition's VP count (2)");
+    // The partition's part fits; the SynIC's does not: neither is applied.
+    auto img = image();
+    img.guest_os_id = 0x99;
+    img.synic = saved(two.synic());
+    expect_refused(img.bytes(), "the SynIC's VP count differs from this partition's (2)");
+}
+
+TEST_F(PartitionSaveTest, RefusesAnotherSectionOrANewerVersion) {
+    auto img = image();
+    img.tag = 0x53594E43;
+    expect_refused(img.bytes(), "the partition state has the wrong section tag");
+    img = image();
+    img.version = 2;
+    expect_refused(img.bytes(), "the partition state has a version this build cannot load (2)");
+}
+
+// A bad SynIC section (a SINT wrmsr would refuse) keeps the partition's MSRs from being
+// applied too.
+TEST_F(PartitionSaveTest, ABadSynicSectionLeavesThePartitionAsItWas) {
+    auto img = image();
+    img.guest_os_id = 0x99;
+    img.tsc_invariant = 1;
+    // The SynIC's section: tag, version, VP count, then VP 0's SCONTROL, SIEFP, SIMP, SINT0.
+    const uint64_t bad_sint = 0x05;
+    std::memcpy(img.synic.data() + 12 + 3 * 8, &bad_sint, 8);
+    expect_refused(img.bytes(), "a SINT is unmasked with a vector below 16 (5)");
+}
+
+TEST_F(PartitionSaveTest, RefusesAnEnabledReferenceTscPage) {
+    auto img = image();
+    img.reference_tsc = 0x7001;
+    expect_refused(img.bytes(), "REFERENCE_TSC enables the page, which is not offered (28673)");
+}
+
+// What wrmsr would mask is masked; the hypercall page is not enabled without a guest OS id,
+// and whether hypercalls are accepted follows what was loaded.
+TEST_F(PartitionSaveTest, MsrsAreMaskedAsWrmsrDoes) {
+    auto img = image();
+    img.hypercall = 0x300FFF;
+    img.tsc_invariant = 0xFF;
+    img.reference_tsc = 0x7FFE;
+    img.vp_assist = {0x400FFF, 0, 0, ~0ull};
+    give_target_state();
+    ASSERT_TRUE(load(img.bytes())) << error;
+    uint64_t v = 0;
+    p2.rdmsr(0, msr::kHypercall, v);
+    EXPECT_EQ(v, 0x300002u) << "reserved bits dropped; not enabled without a guest OS id";
+    EXPECT_FALSE(p2.hypercall_page_enabled());
+    EXPECT_EQ(status(p2.hypercall(0, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::OperationDenied));
+    p2.rdmsr(1, msr::kTscInvariantControl, v);
+    EXPECT_EQ(v, 1u);
+    p2.rdmsr(1, msr::kReferenceTsc, v);
+    EXPECT_EQ(v, 0x7000u);
+    p2.rdmsr(0, msr::kVpAssistPage, v);
+    EXPECT_EQ(v, 0x400001u);
+    p2.rdmsr(3, msr::kVpAssistPage, v);
+    EXPECT_EQ(v, ~0xFFEull);
+    EXPECT_EQ(p2.synic().queued_messages(2, 1), 0u) << "the SynIC's state was replaced too";
+
+    img.guest_os_id = 1;
+    ASSERT_TRUE(load(img.bytes())) << error;
+    EXPECT_TRUE(p2.hypercall_page_enabled());
+    RecordingHandler h;
+    p2.set_message_handler(&h);
+    EXPECT_EQ(status(p2.hypercall(0, 0x5D | (1u << 16), 77, 0)), uint16_t(Status::Success));
+}
+
+// load() reads its section only: bytes after it are for the caller's done() to refuse.
+TEST_F(PartitionSaveTest, TrailingBytesAreLeftForDone) {
+    auto b = image().bytes();
+    b.push_back(0);
+    state::Reader r(b);
+    EXPECT_TRUE(p2.load(r));
+    EXPECT_FALSE(r.done());
+    EXPECT_EQ(r.error(), "the state has bytes left over (1)");
+}

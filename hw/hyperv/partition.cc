@@ -14,6 +14,13 @@ constexpr uint64_t kHypercallEnable = 1;
 constexpr uint64_t kHypercallLocked = 2;
 constexpr uint64_t kPageMask = ~uint64_t(kPageSize - 1);
 constexpr uint64_t kVpAssistEnable = 1;
+// What wrmsr keeps of the hypercall and VP assist MSRs.
+constexpr uint64_t kHypercallKept = kPageMask | kHypercallEnable | kHypercallLocked;
+constexpr uint64_t kVpAssistKept = kPageMask | kVpAssistEnable;
+constexpr uint64_t kReferenceTscEnable = 1;
+// The saved state's section.
+constexpr uint32_t kStateTag = 0x48565054; // 'HVPT'
+constexpr uint32_t kStateVersion = 1;
 constexpr uint32_t kHighBit = 0x80000000u; // message types with it are the hypervisor's
 
 bool crosses_page(uint64_t gpa, uint64_t len) {
@@ -140,7 +147,7 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
         return MsrResult::Handled;
     case msr::kHypercall: {
         if (hypercall_msr_ & kHypercallLocked) return MsrResult::Handled; // ignored once locked
-        uint64_t next = val & (kPageMask | kHypercallEnable | kHypercallLocked);
+        uint64_t next = val & kHypercallKept;
         // The page cannot be enabled before the guest identified itself.
         if (guest_os_id_ == 0) next &= ~kHypercallEnable;
         if (next & kHypercallEnable) {
@@ -154,7 +161,7 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
     case msr::kVpIndex: return msr_fault_locked(vp, "wrmsr", m, val, "read-only");
     case msr::kVpAssistPage:
         // Accepted and remembered; nothing in this partition reads the page.
-        vp_assist_[vp] = val & (kPageMask | kVpAssistEnable);
+        vp_assist_[vp] = val & kVpAssistKept;
         return MsrResult::Handled;
     case msr::kTscInvariantControl:
         tsc_invariant_control_ = val & 1;
@@ -163,11 +170,60 @@ MsrResult Partition::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
         // The TSC page is not offered (its privilege bit is clear in CPUID), but Linux's
         // hyperv_cleanup() (kexec, kdump) turns it off unconditionally: a read and a write
         // with the enable bit clear. Only turning it on is refused.
-        if (val & 1) return msr_fault_locked(vp, "wrmsr", m, val, "the reference TSC page is not offered");
+        if (val & kReferenceTscEnable)
+            return msr_fault_locked(vp, "wrmsr", m, val, "the reference TSC page is not offered");
         reference_tsc_ = val & kPageMask;
         return MsrResult::Handled;
     default: return msr_fault_locked(vp, "wrmsr", m, val, "not implemented");
     }
+}
+
+// The SynIC's section follows outside mu_: the SynIC's lock is never taken under it.
+void Partition::save(state::Writer& w) const {
+    {
+        std::lock_guard lock(mu_);
+        w.begin(kStateTag, kStateVersion);
+        w.u64(guest_os_id_);
+        w.u64(hypercall_msr_);
+        w.u64(tsc_invariant_control_);
+        w.u64(reference_tsc_);
+        w.u32(static_cast<uint32_t>(vp_assist_.size()));
+        for (uint64_t a : vp_assist_) w.u64(a);
+    }
+    synic_.save(w);
+}
+
+// Both parts are parsed before either is applied, so a bad SynIC section leaves the
+// partition's MSRs as they were too.
+bool Partition::load(state::Reader& r) {
+    r.begin(kStateTag, kStateVersion, "the partition state");
+    const uint64_t os_id = r.u64("GUEST_OS_ID");
+    uint64_t hypercall = r.u64("HYPERCALL") & kHypercallKept;
+    // As wrmsr: the page is not enabled before the guest identified itself.
+    if (os_id == 0) hypercall &= ~kHypercallEnable;
+    const uint64_t tsc_invariant = r.u64("TSC_INVARIANT_CONTROL") & 1;
+    const uint64_t reference_tsc = r.u64("REFERENCE_TSC");
+    if (r.ok() && (reference_tsc & kReferenceTscEnable))
+        r.fail("REFERENCE_TSC", "enables the page, which is not offered", reference_tsc);
+    const uint32_t n = r.u32("the VP assist page count");
+    if (r.ok() && n != cfg_.nr_vps) r.fail("the VP assist page count", "differs from this partition's VP count", n);
+    std::vector<uint64_t> assist;
+    if (r.ok()) {
+        assist.resize(n);
+        for (uint64_t& a : assist) a = r.u64("a VP assist page") & kVpAssistKept;
+    }
+    Synic::Loaded synic;
+    if (!r.ok() || !synic_.parse(r, synic)) return false;
+    {
+        std::lock_guard lock(mu_);
+        guest_os_id_ = os_id;
+        set_hypercall_msr_locked(hypercall);
+        tsc_invariant_control_ = tsc_invariant;
+        reference_tsc_ = reference_tsc & kPageMask;
+        vp_assist_.swap(assist);
+    }
+    synic_.apply(std::move(synic));
+    return true;
 }
 
 uint64_t Partition::hypercall(uint32_t vp, uint64_t control, uint64_t input, uint64_t /*output*/) {

@@ -1,5 +1,6 @@
 #include "hvstor/hyperv/synic.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -22,6 +23,18 @@ constexpr uint8_t kFlagMsgPending = 1;
 
 bool sint_masked(uint64_t sint) { return sint & (1ull << 16); }
 uint8_t sint_vector(uint64_t sint) { return static_cast<uint8_t>(sint & 0xFF); }
+// Vectors 0-15 are reserved: an unmasked SINT with one is refused.
+bool sint_refused(uint64_t sint) { return !sint_masked(sint) && sint_vector(sint) < 16; }
+// Of a SINT, vector, masked, auto-EOI and polling are kept; the rest is reserved.
+constexpr uint64_t kSintKept = 0xFFull | (7ull << 16);
+
+// The saved state's section.
+constexpr uint32_t kStateTag = 0x53594E43; // 'SYNC'
+constexpr uint32_t kStateVersion = 1;
+// The smallest saved message (type, payload length) and held flag (vp, sint, flag), to
+// bound counts by what the stream can hold before anything is allocated for them.
+constexpr size_t kSavedMessageMin = 4 + 4;
+constexpr size_t kSavedEvent = 4 + 1 + 2;
 
 } // namespace
 
@@ -91,10 +104,8 @@ MsrResult Synic::wrmsr(uint32_t vp, uint32_t m, uint64_t val) {
             break; // redelivery below
         default:
             if (m >= msr::kSint0 && m <= msr::kSint15) {
-                // Vectors 0-15 are reserved: an unmasked SINT with one is refused.
-                if (!sint_masked(val) && sint_vector(val) < 16) return MsrResult::Fault;
-                // Keep vector, masked, auto-EOI and polling; the rest is reserved.
-                v.sint[m - msr::kSint0] = val & (0xFFull | (7ull << 16));
+                if (sint_refused(val)) return MsrResult::Fault;
+                v.sint[m - msr::kSint0] = val & kSintKept;
                 break;
             }
             return MsrResult::NotOurs;
@@ -118,7 +129,7 @@ bool Synic::post_message(uint32_t vp, uint8_t sint, uint32_t type, std::span<con
         Message msg;
         msg.type = type;
         msg.size = static_cast<uint8_t>(payload.size());
-        std::memcpy(msg.payload.data(), payload.data(), payload.size());
+        std::copy(payload.begin(), payload.end(), msg.payload.begin()); // not memcpy: empty, data() may be null
         q.push_back(msg);
         queued_++;
         if (running) deliver_locked(vp, sint, irqs);
@@ -232,6 +243,111 @@ size_t Synic::held_events() const {
 SynicStats Synic::stats() const {
     std::lock_guard lock(mu_);
     return stats_;
+}
+
+// Held flags are saved by their parts, not by held_events_'s packing, which is this build's.
+void Synic::save(state::Writer& w) const {
+    std::lock_guard lock(mu_);
+    w.begin(kStateTag, kStateVersion);
+    w.u32(nr_vps());
+    for (const Vp& v : vps_) {
+        w.u64(v.scontrol);
+        w.u64(v.siefp);
+        w.u64(v.simp);
+        for (uint64_t sint : v.sint) w.u64(sint);
+        for (const auto& q : v.queue) {
+            w.u32(static_cast<uint32_t>(q.size()));
+            for (const Message& m : q) {
+                w.u32(m.type);
+                w.bytes({m.payload.data(), m.size});
+            }
+        }
+    }
+    w.u32(static_cast<uint32_t>(held_events_.size()));
+    for (uint64_t e : held_events_) {
+        w.u32(uint32_t(e >> 32));
+        w.u8(uint8_t(e >> 16));
+        w.u16(uint16_t(e & 0xFFFF));
+    }
+}
+
+bool Synic::load(state::Reader& r) {
+    Loaded in;
+    if (!parse(r, in)) return false;
+    apply(std::move(in));
+    return true;
+}
+
+// vps_.size() is fixed at construction: no lock needed to read the configuration.
+bool Synic::parse(state::Reader& r, Loaded& out) const {
+    r.begin(kStateTag, kStateVersion, "the SynIC state");
+    const uint32_t n = r.u32("the SynIC's VP count");
+    if (r.ok() && n != nr_vps()) r.fail("the SynIC's VP count", "differs from this partition's", n);
+    if (!r.ok()) return false;
+    std::vector<Vp> vps(n);
+    size_t queued = 0;
+    for (Vp& v : vps)
+        if (!parse_vp(r, v, queued)) return false;
+    std::set<uint64_t> held;
+    if (!parse_held(r, held)) return false;
+    out.vps_ = std::move(vps);
+    out.held_events_ = std::move(held);
+    out.queued_ = queued;
+    return true;
+}
+
+// Values are kept as wrmsr keeps them, and a message as post_message takes it: the state
+// loaded is one a guest and this host could have made.
+bool Synic::parse_vp(state::Reader& r, Vp& v, size_t& queued) const {
+    v.scontrol = r.u64("SCONTROL") & kEnable;
+    v.siefp = r.u64("SIEFP") & (kPageMask | kEnable);
+    v.simp = r.u64("SIMP") & (kPageMask | kEnable);
+    for (uint64_t& sint : v.sint) {
+        const uint64_t val = r.u64("a SINT");
+        if (r.ok() && sint_refused(val)) r.fail("a SINT", "is unmasked with a vector below 16", val);
+        sint = val & kSintKept;
+    }
+    for (auto& q : v.queue) {
+        const uint32_t n = r.count("a SINT's queued message count", uint32_t(kMaxQueued - queued), kSavedMessageMin);
+        for (uint32_t i = 0; i < n && r.ok(); i++) {
+            Message m;
+            m.type = r.u32("a queued message's type");
+            if (r.ok() && m.type == 0) r.fail("a queued message's type", "is 0 (an empty slot)", 0);
+            const auto payload = r.bytes("a queued message's payload", kMessagePayloadMax);
+            m.size = static_cast<uint8_t>(payload.size());
+            std::copy(payload.begin(), payload.end(), m.payload.begin());
+            q.push_back(m);
+            queued++;
+        }
+        if (!r.ok()) return false;
+    }
+    return r.ok();
+}
+
+bool Synic::parse_held(state::Reader& r, std::set<uint64_t>& held) const {
+    const uint64_t distinct = uint64_t(nr_vps()) * kSintCount * kEventFlagsPerSint;
+    const uint32_t max = uint32_t(std::min<uint64_t>(distinct, UINT32_MAX));
+    const uint32_t n = r.count("the held event flag count", max, kSavedEvent);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        const uint32_t vp = r.u32("a held event flag's VP");
+        const uint8_t sint = r.u8("a held event flag's SINT");
+        const uint16_t flag = r.u16("a held event flag");
+        if (!r.ok()) break;
+        if (vp >= nr_vps()) r.fail("a held event flag's VP", "is out of range", vp);
+        else if (sint >= kSintCount) r.fail("a held event flag's SINT", "is out of range", sint);
+        else if (flag >= kEventFlagsPerSint) r.fail("a held event flag", "is out of range", flag);
+        else if (!held.insert(uint64_t(vp) << 32 | uint64_t(sint) << 16 | flag).second)
+            r.fail("a held event flag", "is listed twice", flag);
+    }
+    return r.ok();
+}
+
+// The old state leaves with `in`, freed outside the lock.
+void Synic::apply(Loaded&& in) {
+    std::lock_guard lock(mu_);
+    vps_.swap(in.vps_);
+    held_events_.swap(in.held_events_);
+    queued_ = in.queued_;
 }
 
 } // namespace hvstor::hv

@@ -14,6 +14,7 @@
 #include "hvstor/hyperv/cpuid.h"
 #include "hvstor/hyperv/hv_status.h"
 #include "hvstor/hyperv/synic.h"
+#include "hvstor/state.h"
 
 namespace hvstor::hv {
 
@@ -75,6 +76,19 @@ public:
 
     // Power-on state for a machine reset.
     void reset();
+
+    // Saved state (savevm, migration): the partition-wide MSRs (guest OS id, hypercall,
+    // TSC invariant control, reference TSC), each VP's VP assist page, then the SynIC's
+    // section (Synic::save). Not saved: the hypercall page's stub, which is guest RAM the
+    // VMM carries, and the stats.
+    void save(state::Writer& w) const;
+    // Loads what save() wrote, with the VM stopped. The stream is untrusted: the VP count
+    // must match and each MSR is kept as wrmsr keeps it (a reference TSC page enabled, which
+    // wrmsr refuses, is refused). It does not write the hypercall page (guest RAM is restored
+    // on its own) and raises nothing. All or nothing, the SynIC's part included: on false
+    // (r.error() names the field) the partition is as it was. Bytes after the section are
+    // the caller's to check (r.done()).
+    bool load(state::Reader& r);
 
 private:
     // Why a refused call or MSR access was refused, naming the field and its value.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hvstor/host.h"
+#include "hvstor/state.h"
 
 namespace hvstor::hv {
 
@@ -78,6 +79,25 @@ public:
     // Back to power-on state (all pages disabled, SINTs masked, queues and held flags empty).
     void reset();
 
+    // Saved state (savevm, migration): each VP's SCONTROL, SIEFP, SIMP and SINTs, the messages
+    // still queued and the event flags held. Those were accepted (a message accepted is never
+    // dropped), so the destination must deliver them. Not saved: the guest's pages (guest RAM,
+    // which the VMM carries) and the stats (this process's counters, which load leaves as
+    // they are).
+    void save(state::Writer& w) const;
+    // Loads a section save() wrote, with the VM stopped: it writes no guest memory and raises
+    // no SINT; on_resume delivers the queues and held flags once the VM runs. The stream is
+    // untrusted: the VP count must match, and each value is checked as wrmsr, post_message
+    // and signal_event check theirs. All or nothing: on false (r.error() names the field)
+    // this SynIC is as it was. Bytes after the section are the caller's to check (r.done()).
+    bool load(state::Reader& r);
+
+    // load() in two steps, for a caller that loads more than the SynIC all or nothing
+    // (Partition::load): parse() checks everything and changes nothing, apply() cannot fail.
+    class Loaded;
+    bool parse(state::Reader& r, Loaded& out) const;
+    void apply(Loaded&& in);
+
 private:
     struct Irq {
         uint32_t vp;
@@ -94,6 +114,8 @@ private:
     static constexpr uint64_t kSintMasked = 1ull << 16;
 
     void reset_vp(Vp& v);
+    bool parse_vp(state::Reader& r, Vp& v, size_t& queued) const;
+    bool parse_held(state::Reader& r, std::set<uint64_t>& held) const;
     void deliver_locked(uint32_t vp, uint8_t sint, std::vector<Irq>& irqs);
     void deliver_all_locked(uint32_t vp, std::vector<Irq>& irqs);
     bool set_event_locked(uint32_t vp, uint8_t sint, uint32_t flag, std::vector<Irq>& irqs);
@@ -108,6 +130,14 @@ private:
     // Event flags signalled while paused: vp << 32 | sint << 16 | flag.
     std::set<uint64_t> held_events_;
     SynicStats stats_;
+};
+
+// A SynIC state parse() read and checked, for apply().
+class Synic::Loaded {
+    friend class Synic;
+    std::vector<Vp> vps_;
+    std::set<uint64_t> held_events_;
+    size_t queued_ = 0;
 };
 
 } // namespace hvstor::hv
