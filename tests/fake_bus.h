@@ -39,6 +39,18 @@ public:
         return true;
     }
 
+    // No saved state behind this bus: an offer made here is bound to its own handler again.
+    uint32_t bind(const vmbus::OfferInfo& info) override {
+        std::lock_guard lock(mu_);
+        for (auto& [relid, o] : offers_) {
+            if (o.type == info.type && o.instance == info.instance && o.subchannel_index == info.subchannel_index) {
+                o.handler = info.handler;
+                return relid;
+            }
+        }
+        return 0;
+    }
+
     // The guest's side. Opens `relid` on `pages` ring pages at `base`, split in half;
     // returns the device's NT status.
     uint32_t open(uint32_t relid, uint64_t base, uint32_t pages, uint32_t vp = 0) {

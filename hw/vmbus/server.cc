@@ -387,17 +387,17 @@ void Server::request_offers(Outbox& out) {
 }
 
 // Each range: one word {byte_count, byte_offset}, then the pages it spans.
-static bool ranges_consistent(const Gpadl& g) {
+bool Gpadl::ranges_consistent() const {
     size_t i = 0;
-    for (uint16_t r = 0; r < g.range_count; r++) {
-        if (i >= g.range_data.size()) return false;
-        const uint64_t w = g.range_data[i++];
+    for (uint16_t r = 0; r < range_count; r++) {
+        if (i >= range_data.size()) return false;
+        const uint64_t w = range_data[i++];
         const uint64_t byte_count = uint32_t(w), byte_offset = w >> 32;
         const uint64_t pages = (byte_offset + byte_count + kPageSize - 1) / kPageSize;
-        if (byte_count == 0 || byte_offset >= kPageSize || pages > g.range_data.size() - i) return false;
+        if (byte_count == 0 || byte_offset >= kPageSize || pages > range_data.size() - i) return false;
         i += pages;
     }
-    return i == g.range_data.size();
+    return i == range_data.size();
 }
 
 void Server::answer_gpadl(uint32_t relid, uint32_t id, uint32_t status, Outbox& out) {
@@ -416,7 +416,7 @@ void Server::fail_gpadl(Gpadl& g, Outbox& out) {
 }
 
 void Server::finish_gpadl(Gpadl& g, Outbox& out) {
-    if (ranges_consistent(g)) {
+    if (g.ranges_consistent()) {
         trace<HVSTOR_TRACE_vmbus_gpadl_create>(g.child_relid, g.id, g.expected_pfns);
         answer_gpadl(g.child_relid, g.id, kStatusSuccess, out);
     } else {
@@ -533,25 +533,29 @@ void Server::open_channel(std::span<const uint8_t> m, Outbox& out) {
         bad("OPENCHANNEL child_relid %u: ring gpadl %u is not one range at offset 0", req.child_relid,
             req.ringbuffer_gpadlhandle);
     } else {
-        OpenRequest o;
-        o.child_relid = req.child_relid;
-        o.target_vp = req.target_vp;
-        o.ring_pfns = std::span<const uint64_t>(ring.range_data).subspan(1);
-        o.downstream_page_offset = req.downstream_ringbuffer_pageoffset;
-        std::memcpy(o.user_data.data(), req.userdata, sizeof req.userdata);
-        // The connection's SINT as of this open: a later reconnect reopens the channel.
-        o.signal = [&synic = synic_, sint = sint_, relid = req.child_relid](uint32_t vp) {
-            synic.signal_event(vp, sint, relid);
-        };
-        r.status = ch->info.handler->on_open(o);
+        ch->target_vp = req.target_vp;
+        ch->downstream_offset = req.downstream_ringbuffer_pageoffset;
+        std::memcpy(ch->user_data.data(), req.userdata, sizeof req.userdata);
+        r.status = ch->info.handler->on_open(open_request(*ch, ring));
         if (r.status == kStatusSuccess) {
             ch->open = true;
-            ch->target_vp = req.target_vp;
             ch->ring_gpadl = req.ringbuffer_gpadlhandle;
         }
     }
     trace<HVSTOR_TRACE_vmbus_open_result>(req.child_relid, r.status);
     queue(out, r);
+}
+
+OpenRequest Server::open_request(const Offer& ch, const Gpadl& ring) const {
+    OpenRequest o;
+    o.child_relid = ch.relid;
+    o.target_vp = ch.target_vp;
+    o.ring_pfns = std::span<const uint64_t>(ring.range_data).subspan(1);
+    o.downstream_page_offset = ch.downstream_offset;
+    o.user_data = ch.user_data;
+    // The connection's SINT as of this open: a later reconnect reopens the channel.
+    o.signal = [&synic = synic_, sint = sint_, relid = ch.relid](uint32_t vp) { synic.signal_event(vp, sint, relid); };
+    return o;
 }
 
 // Why an OPENCHANNEL cannot be served, or nullptr.

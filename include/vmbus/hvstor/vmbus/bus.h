@@ -75,6 +75,11 @@ public:
     // Withdraws an offer, closing the channel first (on_close is called before it returns;
     // the close may finish later). False if there is no such offer.
     virtual bool rescind(uint32_t relid) = 0;
+    // Loading saved state (savevm, migration): attaches `offer.handler` to the offer the
+    // saved state has for the same type, instance and subchannel index, and returns its
+    // relid; 0 when the saved state has no such offer. The bus then reopens the channel if
+    // it was open, calling on_open as for the guest's OPENCHANNEL.
+    virtual uint32_t bind(const OfferInfo& offer) = 0;
 };
 
 } // namespace hvstor::vmbus

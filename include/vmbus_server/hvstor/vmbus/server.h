@@ -14,6 +14,7 @@
 
 #include "hvstor/guest_log.h"
 #include "hvstor/hyperv/partition.h"
+#include "hvstor/state.h"
 #include "hvstor/vmbus/bus.h"
 #include "hvstor/vmbus/guid.h"
 #include "hvstor/vmbus/messages.h"
@@ -32,6 +33,8 @@ struct Gpadl {
     // its id cannot be reused) until the GPADL_TORNDOWN held for it is sent.
     bool torn_down = false;
     bool complete() const;
+    // Each range's words: {byte_count, byte_offset}, then the pages it spans; nothing more.
+    bool ranges_consistent() const;
 };
 
 struct ServerConfig {
@@ -65,6 +68,7 @@ public:
     // Bus. A rescinded relid is reused once the guest released it.
     uint32_t offer(const OfferInfo& offer) override;
     bool rescind(uint32_t relid) override;
+    uint32_t bind(const OfferInfo& offer) override;
 
     hv::Status on_post_message(uint32_t vp, uint32_t connection_id, uint32_t message_type,
                                std::span<const uint8_t> payload) override;
@@ -77,6 +81,23 @@ public:
     size_t gpadl_count() const;
     bool channel_open(uint32_t relid) const;
     ServerStats stats() const;
+
+    // Saved state (savevm, migration), with the VM stopped: the connection, every offer with
+    // its relid and whether it is open (on which GPADL, split and VP), the GPADLs, and the
+    // answers still owed. A close still in progress is saved as done: the next machine has
+    // no I/O of the old one's to wait for, so its held GPADL_TORNDOWN and UNLOAD_RESPONSE
+    // are sent at once after the load.
+    void save(state::Writer& w) const;
+    // Loading is three steps, with the VM stopped and the server as a machine reset leaves it
+    // (no connection, no close running). load() restores the connection and the GPADLs and
+    // puts each offer at its saved relid: a device's offer made here is matched by its type,
+    // instance and subchannel index; one the saved state lacks is refused. Each device then
+    // attaches its handlers with bind() (subchannels exist only in the saved state until
+    // then). finish_load() checks every offer has its device, reopens the channels that
+    // were open (ChannelHandler::on_open) and queues the messages owed; they reach the
+    // guest when the VM runs. False with the reason in the reader (load) or `err`.
+    bool load(state::Reader& r);
+    bool finish_load(std::string& err);
 
     // Drop the connection, the GPADLs and open channels; offers stay registered. Returns
     // once every device has finished closing (machine reset: nothing may write guest
@@ -97,6 +118,9 @@ private:
         uint64_t close_token = 0; // of the close in progress
         uint32_t target_vp = 0;
         uint32_t ring_gpadl = 0; // of the current or last open
+        // The rest of the open request, kept so that a loaded machine can reopen it.
+        uint32_t downstream_offset = 0;
+        std::array<uint8_t, 120> user_data{};
     };
     struct Outgoing {
         uint32_t vp;
@@ -131,6 +155,15 @@ private:
     void unload(Outbox& out);
     void relid_released(std::span<const uint8_t> m);
     void close_locked(Offer& ch);
+    // The open request for `ch` on GPADL `ring` (checked: one range at offset 0), as the
+    // guest sent it or as it was saved.
+    OpenRequest open_request(const Offer& ch, const Gpadl& ring) const;
+    // Loading (server_state.cc): the parts of the stream, each checked as it is read.
+    std::vector<std::unique_ptr<Offer>> read_offers(state::Reader& r, uint32_t version) const;
+    std::map<uint32_t, Gpadl> read_gpadls(state::Reader& r) const;
+    bool load_offers_locked(std::vector<std::unique_ptr<Offer>> saved, state::Reader& r);
+    // The answers the saved machine still owed, whose closes are over here.
+    void queue_owed_locked(bool unload_owed);
     void run_closes();
     void close_done(uint64_t token);
     // The GPADL backs the rings of a channel that is open or still closing.
@@ -170,6 +203,7 @@ private:
     // torn_down: at most max_gpadls). Dropped with the connection.
     std::vector<uint32_t> held_torndown_;
     bool unload_owed_ = false; // UNLOAD_RESPONSE, once no close is in progress
+    Outbox load_out_;          // load(): messages finish_load() sends
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;
     GuestErrorLog log_; // under mu_
