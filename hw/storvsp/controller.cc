@@ -9,7 +9,7 @@ namespace hvstor::storvsp {
 
 uint64_t preallocated_bytes(const ControllerConfig& cfg) {
     const uint64_t pages = cfg.max_transfer_bytes / kPageSize + 1;
-    const uint64_t per_request = sizeof(IoContext) + 2 * pages * sizeof(iovec) + sizeof(IoContext*);
+    const uint64_t per_request = sizeof(IoContext) + pages * (2 * sizeof(iovec) + sizeof(uint64_t)) + sizeof(IoContext*);
     return max_queues(cfg) * cfg.max_outstanding_per_channel * per_request;
 }
 

@@ -32,6 +32,7 @@ Queue::Queue(Controller& ctl, uint16_t index) : ctl_(ctl), index_(index), log_(c
         c.channel = this;
         c.pages.reserve(max_pages);
         c.iov.reserve(max_pages);
+        c.gpas.reserve(max_pages);
         c.cmd.opaque = &c;
         c.cmd.queue = index;
         free_.push_back(&c);
@@ -87,7 +88,17 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     // outstanding_) is not the new one's to share.
     if (runtime_ || closing_) return vmbus::kStatusUnsuccessful;
     state_ = InitState::Start;
-    if (index_ == 0) {
+    if (restore_) {
+        // A loaded machine's channel, open before the save: its session goes on. The worker
+        // takes the rest up in its first round (resume_saved).
+        state_ = static_cast<InitState>(restore_->state);
+        held_resets_ = std::move(restore_->held_resets);
+        resets_held_seen_.store(uint32_t(held_resets_.size()), std::memory_order_relaxed);
+        saved_answers_ = std::move(restore_->answers);
+        saved_requests_ = std::move(restore_->requests);
+        if (index_ == 0) notices_ = restore_->notices;
+        restore_.reset();
+    } else if (index_ == 0) {
         // A new session: no handshake yet (a round of the old one that ran on after its
         // close could have set ready_ again), and its own scan makes any held notice moot.
         ctl_.session_++;
@@ -178,6 +189,7 @@ void Queue::done(IoContext* ctx) {
 }
 
 void Queue::on_wake(vmbus::ChannelRuntime& ch) {
+    if (!saved_answers_.empty() || !saved_requests_.empty()) resume_saved(ch);
     {
         std::lock_guard lock(done_mu_);
         done_swap_.swap(done_);
@@ -294,6 +306,8 @@ void Queue::on_stop(vmbus::ChannelRuntime&) {
     outstanding_ = 0;
     // Held resets go unanswered: the guest closed the channel, as for completions owed.
     held_resets_.clear();
+    saved_answers_.clear();
+    saved_requests_.clear();
     resets_held_seen_.store(0, std::memory_order_relaxed);
     outstanding_seen_.store(0, std::memory_order_relaxed);
     state_ = InitState::Start;
@@ -522,6 +536,7 @@ bool Queue::map_gpa_ranges(IoContext& ctx, std::span<const uint8_t> pkt, uint32_
                 return false;
             }
             ctx.pages.push_back({host, n});
+            ctx.gpas.push_back(pfn * kPageSize + in_page);
             // Guest pages that are contiguous on the host become one iovec.
             if (!ctx.iov.empty() &&
                 static_cast<uint8_t*>(ctx.iov.back().iov_base) + ctx.iov.back().iov_len == host)
@@ -558,6 +573,7 @@ bool Queue::map_data(IoContext& ctx, const vmbus::PacketDescriptor& d, std::span
 void Queue::unmap(IoContext& ctx) {
     for (const iovec& v : ctx.pages) ctl_.host_.unmap(v.iov_base, v.iov_len, ctx.writes_guest);
     ctx.pages.clear();
+    ctx.gpas.clear();
     ctx.iov.clear();
 }
 
@@ -692,7 +708,7 @@ void apply_transport(const scsi::TransportAnswer& t, uint32_t moved, VstorPacket
 
 } // namespace
 
-bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
+VstorPacket Queue::completion(const IoContext& ctx) const {
     const scsi::Command& c = ctx.cmd;
     VstorPacket r = ctx.req;
     r.operation = static_cast<uint32_t>(Operation::CompleteIo);
@@ -719,6 +735,12 @@ bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
         }
     }
     apply_transport(c.transport, c.data_transferred, r);
+    return r;
+}
+
+bool Queue::send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx) {
+    const VstorPacket r = completion(ctx);
+    const VmscsiRequest& srb = r.srb;
     if (!reply(ch, ctx.trans_id, r, ctx.req_len)) return false;
     completions_.inc();
     if (srb.srb_status != kSrbSuccess) srb_errors_.inc();

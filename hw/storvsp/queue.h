@@ -39,6 +39,9 @@ struct IoContext {
     uint8_t srb_override = 0; // an SRB status decided before the command ran
     std::vector<iovec> pages; // as mapped, for unmap
     std::vector<iovec> iov;   // merged, for the disk
+    // The guest address of each piece in `pages`: a saved machine executes the request
+    // again when it had not finished (Controller::save), from a packet made of these.
+    std::vector<uint64_t> gpas;
     bool writes_guest = false;
     class Queue* channel = nullptr;
 };
@@ -76,6 +79,30 @@ public:
     // Any thread.
     ChannelStatsSnapshot stats() const;
 
+    // An answer owed to the guest, as it goes out: a reset held under ResetAnswer::Ignore,
+    // or a completion carried in saved state.
+    struct Answer {
+        uint64_t trans_id;
+        VstorPacket packet;
+        uint32_t len;
+    };
+    // What an open queue owes the guest, as saved (Controller::save).
+    struct Saved {
+        uint8_t state = 0; // InitState
+        uint32_t notices = 0;
+        std::vector<Answer> held_resets;
+        std::vector<Answer> answers;                  // completions ready, in their order
+        std::vector<std::vector<uint8_t>> requests;   // taken, not finished: executed again
+    };
+    // With the VM stopped. Open: what it owes (else only index and relid go in the state).
+    void save(state::Writer& w) const;
+    // Parses one queue's state as save() wrote it, checked against the controller's
+    // settings; `open` says whether `out` was filled.
+    static bool read_saved(state::Reader& r, const ControllerConfig& cfg, uint16_t& index, uint32_t& relid, bool& open,
+                           Saved& out);
+    // The next on_open() takes up `s` instead of starting a new session.
+    void restore_on_open(Saved s);
+
     // Returns once a close in progress has finished (the controller's destructor).
     void join_closer();
 
@@ -97,12 +124,7 @@ public:
 
 private:
     enum class InitState { Start, Initializing, VersionAgreed, Ready };
-    // A reset received under ResetAnswer::Ignore, to be answered later.
-    struct HeldReset {
-        uint64_t trans_id;
-        VstorPacket packet;
-        uint32_t len;
-    };
+    using HeldReset = Answer;
 
     void control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
     void reset(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len);
@@ -112,7 +134,7 @@ private:
     void answer_held_resets(vmbus::ChannelRuntime& ch);
     void send_notices(vmbus::ChannelRuntime& ch);
     // Completions (and answers) this channel owes: room in the ring is kept for each.
-    uint32_t owed() const { return outstanding_ + uint32_t(held_resets_.size()); }
+    uint32_t owed() const { return outstanding_ + uint32_t(held_resets_.size() + saved_answers_.size()); }
     // Answers a control operation with `status` (COMPLETE_IO), traced.
     void answer_control(vmbus::ChannelRuntime& ch, uint64_t trans_id, VstorPacket& p, uint32_t len, uint32_t status);
     void execute_srb(vmbus::ChannelRuntime& ch, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt,
@@ -123,7 +145,12 @@ private:
     bool map_data(IoContext& ctx, const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt, uint32_t bytes);
     void unmap(IoContext& ctx);
     bool reply(vmbus::ChannelRuntime& ch, uint64_t trans_id, const VstorPacket& p, uint32_t len);
+    // The completion packet of a finished command.
+    VstorPacket completion(const IoContext& ctx) const;
     bool send_completion(vmbus::ChannelRuntime& ch, const IoContext& ctx);
+    // The first round after a load: the answers carried in the state go out, and the
+    // requests that had not finished are executed again.
+    void resume_saved(vmbus::ChannelRuntime& ch);
     void complete(vmbus::ChannelRuntime& ch, IoContext* ctx);
     void release(IoContext* ctx);
     void finish(IoContext* ctx); // answered: no longer outstanding
@@ -170,7 +197,7 @@ private:
     std::vector<HeldReset> held_resets_;
 
     // Completed commands, from any thread to the worker.
-    std::mutex done_mu_;
+    mutable std::mutex done_mu_;
     std::condition_variable done_cv_;
     std::vector<IoContext*> done_;
     std::vector<IoContext*> done_swap_;
@@ -180,6 +207,10 @@ private:
     // Finished commands whose completion did not fit (the guest moved its read index
     // back): sent first at the next wake-up, in order, never dropped.
     std::vector<IoContext*> unsent_;
+    // Loaded state: for on_open (under mu_), then the worker's, until resume_saved() is done.
+    std::unique_ptr<Saved> restore_;
+    std::vector<Answer> saved_answers_;
+    std::vector<std::vector<uint8_t>> saved_requests_;
 };
 
 } // namespace hvstor::storvsp

@@ -16,6 +16,7 @@
 #include "hvstor/guest_log.h"
 #include "hvstor/host.h"
 #include "hvstor/scsi/disk.h"
+#include "hvstor/state.h"
 #include "hvstor/storvsp/protocol.h"
 #include "hvstor/vmbus/bus.h"
 #include "hvstor/vmbus/event_loop.h"
@@ -172,10 +173,22 @@ public:
     ResetAnswer reset_answer() const { return reset_answer_.load(); }
 
     const ControllerConfig& config() const { return cfg_; }
+    const vmbus::Guid& instance() const { return instance_; }
     // Any thread.
     ControllerStats stats() const;
     uint32_t open_channels() const;
     uint32_t primary_relid() const { return primary_relid_; }
+
+    // Saved state (savevm, migration), with the VM stopped (no channel round runs): the
+    // handshake, each queue's relid, and what each open queue owes the guest: answers ready
+    // to send, resets held, and the requests it took that have not finished, which the
+    // loaded machine executes again (reads and writes of the same data: the guest cannot
+    // tell, as after a lost completion that Hyper-V retried).
+    void save(state::Writer& w) const;
+    // Loading, after the bus's load() and before its finish_load(), with the controller as a
+    // machine reset leaves it: binds the queues to their restored offers and keeps each open
+    // queue's state for its reopening. False with the reason in `r`.
+    bool load(state::Reader& r);
 
     // scsi::CommandSink: routes a finished command back to its channel.
     void command_done(scsi::Command* cmd) override;
