@@ -5,7 +5,11 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <span>
+#include <vector>
 #include <stdexcept>
 
 #include "disk_factory.h"
@@ -229,6 +233,29 @@ void hvstor_vmbus_reset(HvstorVmbus* vb) {
 
 void hvstor_vmbus_set_running(HvstorVmbus* vb, bool running) {
     guarded([&] { vb->machine.set_running(running); }, log_once(vb->exception_logged, "hvstor_vmbus_set_running"));
+}
+
+bool hvstor_vmbus_save(HvstorVmbus* vb, uint8_t** data, size_t* len, char** err) {
+    return guarded(
+        [&] {
+            const std::vector<uint8_t> bytes = vb->machine.save();
+            auto* p = static_cast<uint8_t*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
+            if (!p) throw std::bad_alloc();
+            std::memcpy(p, bytes.data(), bytes.size());
+            *data = p;
+            *len = bytes.size();
+            return true;
+        },
+        fail_with(err, false));
+}
+
+bool hvstor_vmbus_load(HvstorVmbus* vb, const uint8_t* data, size_t len, char** err) {
+    return guarded(
+        [&] {
+            vb->machine.load(std::span<const uint8_t>(data, len));
+            return true;
+        },
+        fail_with(err, false));
 }
 
 void hvstor_cpuid(HvstorVmbus* vb, uint32_t leaf, uint32_t subleaf, uint32_t* eax, uint32_t* ebx, uint32_t* ecx,

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "hvstor/json.h"
+#include "hvstor/state.h"
 #include "hvstor/thread.h"
 
 namespace hvstor::capi {
@@ -210,6 +211,71 @@ void Machine::reset() {
         c->abandon_io(false);
         c->suspend_faults(false);
     }
+}
+
+namespace {
+
+constexpr uint32_t kStateTag = 0x414d5648; // "HVMA"
+constexpr uint32_t kStateVersion = 1;
+
+} // namespace
+
+std::vector<uint8_t> Machine::save() {
+    state::Writer w;
+    w.begin(kStateTag, kStateVersion);
+    partition_.save(w);
+    server_.save(w);
+    std::lock_guard lock(mu_);
+    w.u32(uint32_t(controllers_.size()));
+    for (const auto& c : controllers_) {
+        w.fixed(c->controller().instance().bytes);
+        c->controller().save(w);
+    }
+    return w.take();
+}
+
+void Machine::load(std::span<const uint8_t> data) {
+    try {
+        load_parts(data);
+    } catch (...) {
+        reset(); // a refused load leaves the machine as a reset does, never half loaded
+        throw;
+    }
+}
+
+void Machine::load_parts(std::span<const uint8_t> data) {
+    state::Reader r(data);
+    auto check = [&r] {
+        if (!r.ok()) throw std::runtime_error("hv-vmbus-bridge state: " + r.error());
+    };
+    r.begin(kStateTag, kStateVersion, "the machine's state");
+    check();
+    if (!partition_.load(r)) check();
+    if (!server_.load(r)) check();
+    std::vector<ScsiController*> ctls;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& c : controllers_) ctls.push_back(c.get());
+    }
+    const uint32_t n = r.count("the controller count", uint32_t(ctls.size()), 16);
+    check();
+    if (n != ctls.size()) r.fail("the controller count", "differs from this machine's", n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        vmbus::Guid instance;
+        r.fixed("a controller's instance", instance.bytes);
+        auto it = std::find_if(ctls.begin(), ctls.end(),
+                               [&](ScsiController* c) { return c && c->controller().instance() == instance; });
+        if (it == ctls.end()) {
+            r.fail(("controller " + instance.to_string() + ", index").c_str(), "is not on this machine", i);
+            break;
+        }
+        (*it)->controller().load(r);
+        *it = nullptr; // each once
+    }
+    r.done();
+    check();
+    std::string err;
+    if (!server_.finish_load(err)) throw std::runtime_error("hv-vmbus-bridge state: " + err);
 }
 
 void Machine::set_running(bool running) {

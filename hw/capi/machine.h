@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -139,6 +140,13 @@ public:
     // MSRs it was built on.
     void reset();
 
+    // Saved state (savevm, migration), with the VM stopped: the partition, the VMBus server
+    // and each controller, in one versioned stream (hvstor_vmbus_save).
+    std::vector<uint8_t> save();
+    // Loads what save() wrote, with the VM stopped and the machine just reset. Throws
+    // std::runtime_error naming what could not be loaded; the machine is reset then.
+    void load(std::span<const uint8_t> data);
+
     // The VM stops (false) or runs again (true): the host's RunGate. Pausing waits for the
     // rounds and deliveries in progress, running the host's poll meanwhile.
     void set_running(bool running);
@@ -158,6 +166,8 @@ public:
                                    std::vector<std::unique_ptr<vmbus::EventLoop>> loops = {});
 
 private:
+    void load_parts(std::span<const uint8_t> data);
+
     Host& host_;
     hv::Partition partition_;
     vmbus::Server server_;

@@ -9,6 +9,7 @@
  */
 #include "qemu/osdep.h"
 #include "qemu/main-loop.h"
+#include "qemu/error-report.h"
 #include "qemu/module.h"
 #include "qapi/error.h"
 #include "qapi/visitor.h"
@@ -54,6 +55,9 @@ struct HvVmbusBridge {
     HvstorVmbus *vb;
     HvIrq irq;
     VMChangeStateEntry *run_state;
+    /* The model's saved state while a save or load is under way (hvstor_vmbus_save). */
+    uint8_t *state;
+    uint32_t state_len;
 };
 
 /* The partition whose hooks QEMU calls: hvstor_cpu_hooks is set only while a bridge is. */
@@ -313,14 +317,96 @@ static void hv_vmbus_bridge_get_stats(Object *obj, Visitor *v, const char *name,
 }
 
 /*
- * The partition, the VMBus server, the channels and the disks' commands in flight keep
- * state QEMU cannot save (the model holds still while the VM is stopped, but nothing of
- * it is written to a migration stream): no migration, savevm or migrate-to-file while
- * the bridge exists (QEMU refuses them).
+ * Savevm and migration: the model writes its state (partition, VMBus server, every
+ * controller on the bridge, versioned in the stream itself) as one buffer. Devices save
+ * after RAM, so a load finds guest memory in place, and the VM is stopped on both sides:
+ * the model holds still (see hv_vmbus_bridge_run_state) and starts the loaded channels
+ * when the VM runs. QEMU resets the machine before loadvm and at an incoming migration's
+ * start, which the load requires.
  */
+#define HV_VMBUS_STATE_MAX (64u << 20) /* far above any machine's state: a sanity bound */
+
+static void hv_vmbus_bridge_drop_state(HvVmbusBridge *s)
+{
+    g_free(s->state);
+    s->state = NULL;
+    s->state_len = 0;
+}
+
+static int hv_vmbus_bridge_pre_save(void *opaque)
+{
+    HvVmbusBridge *s = opaque;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    char *err = NULL;
+
+    hv_vmbus_bridge_drop_state(s);
+    if (!hvstor_vmbus_save(s->vb, &data, &len, &err) || len > HV_VMBUS_STATE_MAX) {
+        error_report("hv-vmbus-bridge: cannot save its state: %s",
+                     err ? err : data ? "larger than 64 MiB" : "out of memory");
+        free(err);
+        free(data);
+        return -EINVAL;
+    }
+    s->state = g_memdup2(data, len);
+    s->state_len = len;
+    free(data);
+    return 0;
+}
+
+static int hv_vmbus_bridge_post_save(void *opaque)
+{
+    hv_vmbus_bridge_drop_state(opaque);
+    return 0;
+}
+
+static int hv_vmbus_bridge_pre_load(void *opaque)
+{
+    hv_vmbus_bridge_drop_state(opaque);
+    return 0;
+}
+
+static int hv_vmbus_bridge_post_load(void *opaque, int version_id)
+{
+    HvVmbusBridge *s = opaque;
+    char *err = NULL;
+    bool ok = hvstor_vmbus_load(s->vb, s->state, s->state_len, &err);
+
+    hv_vmbus_bridge_drop_state(s);
+    if (!ok) {
+        error_report("hv-vmbus-bridge: cannot load its state: %s", err ? err : "out of memory");
+        free(err);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static bool hv_vmbus_bridge_state_len_ok(void *opaque, int version_id)
+{
+    HvVmbusBridge *s = opaque;
+
+    if (s->state_len > HV_VMBUS_STATE_MAX) {
+        error_report("hv-vmbus-bridge: saved state of %u bytes (at most %u)", s->state_len,
+                     HV_VMBUS_STATE_MAX);
+        return false;
+    }
+    return true;
+}
+
 static const VMStateDescription hv_vmbus_bridge_vmstate = {
     .name = "hv-vmbus-bridge",
-    .unmigratable = 1,
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .pre_save = hv_vmbus_bridge_pre_save,
+    .post_save = hv_vmbus_bridge_post_save,
+    .pre_load = hv_vmbus_bridge_pre_load,
+    .post_load = hv_vmbus_bridge_post_load,
+    .fields = (const VMStateField[]) {
+        VMSTATE_UINT32(state_len, HvVmbusBridge),
+        VMSTATE_VALIDATE("hv-vmbus-bridge state size", hv_vmbus_bridge_state_len_ok),
+        VMSTATE_VBUFFER_ALLOC_UINT32(state, HvVmbusBridge, 1, NULL, state_len),
+        VMSTATE_END_OF_LIST()
+    },
 };
 
 static void hv_vmbus_bridge_class_init(ObjectClass *klass, void *data)

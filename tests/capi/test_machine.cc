@@ -341,3 +341,70 @@ TEST_F(MachineTest, ModelThreadsCallTheHostOnlyBetweenItsThreadHooks) {
 }
 
 } // namespace
+
+namespace {
+
+// Saved state, as a migration uses it: a machine saved while the VM is stopped, with reads
+// queued behind its disk's cap, is torn down (the source QEMU goes), and a new machine over
+// the same guest memory loads the state. Once the VM runs, the guest gets every read it was
+// owed exactly once, on the channel it had open, and the channel serves new requests.
+TEST_F(MachineTest, ALoadedMachineAnswersWhatTheSavedOneOwed) {
+    capi::DiskSpec spec = ram(false);
+    spec.perf = "iops=50,burst=off";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    constexpr uint32_t kReads = 8;
+    std::multiset<uint64_t> sent;
+    for (uint32_t i = 0; i < kReads; i++) sent.insert(guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096));
+    perf::ModelBackend& model = *disk->model();
+    while (model.stats().queued + model.stats().issued < kReads) std::this_thread::yield();
+    machine->set_running(false);
+    const std::vector<uint8_t> state = machine->save();
+    const FakeStorvsc::Chan chan = *ch;
+    machine.reset(); // nothing of it may reach guest memory: the VM is still stopped
+
+    capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
+    FakeGuest g2(host, next.partition());
+    FakeStorvsc guest2(host, next.partition(), g2);
+    capi::ScsiController& c = next.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    c.add_disk(spec);
+    ASSERT_NO_THROW(next.load(state));
+    EXPECT_EQ(c.controller().open_channels(), 1u);
+    next.set_running(true);
+    FakeStorvsc::Chan ch2 = chan;
+    std::multiset<uint64_t> answered;
+    while (answered.size() < sent.size()) {
+        const auto r = guest2.wait(ch2);
+        if (r.pkt.operation == uint32_t(Operation::EnumerateBus)) continue;
+        EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess);
+        answered.insert(r.trans_id);
+    }
+    EXPECT_EQ(answered, sent);
+    guest2.send_srb(ch2, rw10(false, 0, 8), kBuf, 4096);
+    auto r = guest2.wait(ch2);
+    while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest2.wait(ch2);
+    EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_FALSE(guest2.poll(ch2)) << "a request was answered twice";
+}
+
+// A state this machine cannot take is refused with its reason, and nothing is reopened.
+TEST_F(MachineTest, ALoadRefusesAStateItCannotTake) {
+    ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
+    machine->set_running(false);
+    std::vector<uint8_t> state = machine->save();
+    machine->set_running(true);
+    capi::Machine other(host, capi::MachineConfig{2, 0x5A58});
+    // No controller here: the saved one's channels have no device.
+    try {
+        other.load(state);
+        ADD_FAILURE() << "a state with a controller this machine lacks was loaded";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("controller count"), std::string::npos) << e.what();
+    }
+    capi::Machine cut(host, capi::MachineConfig{2, 0x5A58});
+    cut.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    state.resize(state.size() - 1);
+    EXPECT_THROW(cut.load(state), std::runtime_error);
+    EXPECT_FALSE(cut.server().connected());
+}
+
+} // namespace

@@ -108,6 +108,24 @@ void hvstor_vmbus_reset(HvstorVmbus *vb);
 void hvstor_vmbus_set_running(HvstorVmbus *vb, bool running);
 
 /*
+ * Saved state for savevm and migration, from the VMM's main thread with the VM stopped:
+ * the partition (synthetic MSRs, SynIC pages and queued messages), the VMBus server
+ * (connection, offers and relids, GPADLs, open channels) and each controller (handshake,
+ * subchannels, answers owed and requests not finished, which the loaded machine executes
+ * again). One versioned stream: a build refuses a newer version. The disks' data is not in
+ * it (it is the disk image's), nor a disk model's credits or a fault setting.
+ * On success *data (malloc'd; free() it) and *len; false with a message in *err.
+ */
+bool hvstor_vmbus_save(HvstorVmbus *vb, uint8_t **data, size_t *len, char **err);
+/*
+ * Loads what hvstor_vmbus_save wrote, with the VM stopped and the machine just reset
+ * (QEMU resets before loadvm and at an incoming migration's start); guest RAM is already
+ * loaded. The reopened channels and held messages start when the VM runs. False with a
+ * message in *err naming what could not be loaded; the machine is reset then.
+ */
+bool hvstor_vmbus_load(HvstorVmbus *vb, const uint8_t *data, size_t len, char **err);
+
+/*
  * Rewrites the Hyper-V leaves over what the CPU model answered. On an exception:
  * logged, the registers are left as they came in.
  */
