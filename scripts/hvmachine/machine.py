@@ -184,6 +184,9 @@ class Machine:
         self._kmsg_shown: List[str] = []     # kernel messages for on_output, as the console shows them
         self._console_file: Any = None
         self._cov_functions: List[str] = []
+        self._binary = self._kernel_path = self._initrd_path = ""
+        self._moves = 0                      # migrations to another QEMU so far
+        self._earlier_output: List[str] = []  # the output of the QEMUs the guest left
 
     # --- the context manager ------------------------------------------------------------
     def __enter__(self) -> "Machine":
@@ -196,21 +199,26 @@ class Machine:
             self.finish()
 
     # --- starting ---------------------------------------------------------------------------
-    def qemu_args(self, kernel: str, initrd: str) -> List[str]:
-        """QEMU's arguments beside those qemu.machine adds (QMP, the console)."""
+    def qemu_args(self, kernel: str, initrd: str, incoming: bool = False) -> List[str]:
+        """QEMU's arguments beside those qemu.machine adds (QMP, the console). `incoming`: for
+        the QEMU a migration moves the guest to, which waits for it and appends to the
+        channels' files the first one wrote (the user's QMP socket stays the first's)."""
         g = self.guest
         cmdline = g.kernel_cmdline(RESULTS_PORT if g.results else None, KMSG_PORT)
         w = self.rundir
+        app = ",append=on" if incoming else ""
         args = base_args(g, kernel, initrd, cmdline)
-        args += ["-chardev", f"file,id=hvhb,path={w}/heartbeat",
+        args += ["-chardev", f"file,id=hvhb,path={w}/heartbeat{app}",
                  "-device", "isa-debugcon,iobase=0x402,chardev=hvhb"]
         if g.results:
-            args += ["-chardev", f"file,id=hvres,path={w}/results.tar",
+            args += ["-chardev", f"file,id=hvres,path={w}/results.tar{app}",
                      "-device", "isa-serial,chardev=hvres,index=1"]
-        args += ["-chardev", f"file,id=hvkmsg,path={w}/kmsg",
+        args += ["-chardev", f"file,id=hvkmsg,path={w}/kmsg{app}",
                  "-device", "isa-serial,chardev=hvkmsg,index=2"]
-        if self.qmp_socket:
+        if self.qmp_socket and not incoming:
             args += ["-qmp", f"unix:{self.qmp_socket},server=on,wait=off"]
+        if incoming:
+            args += ["-incoming", "defer"]
         return args + g.device_args() + g.qemu_args
 
     def start(self) -> None:
@@ -263,6 +271,7 @@ class Machine:
             open(os.path.join(self.rundir, f), "wb").close()
         os.makedirs(os.path.dirname(os.path.abspath(self.console_log)), exist_ok=True)
         self._console_file = open(self.console_log, "wb")  # pylint: disable=consider-using-with
+        self._binary, self._kernel_path, self._initrd_path = binary, a.kernel, initrd
         vm = _qemu_machine(binary, args=self.qemu_args(a.kernel, initrd), name=self.name,
                            base_temp_dir=self.rundir, log_dir=self.rundir)
         vm.set_console()
@@ -613,6 +622,80 @@ class Machine:
         if pid is not None:
             _signal(pid, signal.SIGKILL)
 
+    # --- moving the guest -----------------------------------------------------------------------
+    def migrate(self, via: str = "socket") -> Dict[str, Any]:
+        """Moves the running guest to a new QEMU started with the same arguments, and ends
+        the old one: live migration over a UNIX socket (via="socket"), or through a file the
+        old QEMU writes and the new one reads (via="file"). Console, kernel log and heartbeat
+        go on from the new QEMU; qmp() talks to it. Returns once the new QEMU runs the guest,
+        with the old QEMU's last query-migrate. Disks must be on storage both can open (an
+        image or file; the old QEMU lets go of drive= images when the migration completes)."""
+        if via not in ("socket", "file"):
+            raise ValueError(f"migrate via {via!r}: 'socket' or 'file'")
+        if self._vm is None or self._result is not None:
+            raise BootFailed("migrating", "the machine is not running")
+        self._moves += 1
+        uri = f"unix:{self.rundir}/migrate.sock" if via == "socket" else f"file:{self.rundir}/migrate.state"
+        new = _qemu_machine(self._binary, args=self.qemu_args(self._kernel_path, self._initrd_path, incoming=True),
+                            name=f"{self.name}-{self._moves}", base_temp_dir=self.rundir, log_dir=self.rundir)
+        new.set_console()
+        new = self._launched(new)
+        try:
+            if via == "socket":
+                new.cmd("migrate-incoming", uri=uri)
+            info = self._migrated(uri)
+            if via == "file":
+                new.cmd("migrate-incoming", uri=uri)
+            self._await_running(new, "the new QEMU to run the guest")
+        except BaseException:
+            new.kill()
+            new.wait(timeout=None)
+            raise
+        self._take_over(new)
+        return info
+
+    def _migrated(self, uri: str) -> Dict[str, Any]:
+        """Sends the guest to `uri` from the current QEMU; its query-migrate once completed."""
+        self.qmp("migrate", uri=uri)
+        while True:
+            info: Dict[str, Any] = self.qmp("query-migrate")
+            status = info.get("status")
+            if status == "completed":
+                return info
+            if status in ("failed", "cancelled"):
+                raise BootFailed("migrating", f"the migration {status}: {info.get('error-desc', '')}")
+            with self._cond:
+                why = self._why_ended()
+            if why is not None:
+                raise BootFailed("migrating", why)
+            time.sleep(POLL)
+
+    def _await_running(self, vm: Any, what: str) -> None:
+        while vm.cmd("query-status")["status"] != "running":
+            with self._cond:
+                why = self._why_ended() if self._failure else None
+            if why is not None or vm.exitcode() is not None:
+                raise BootFailed(f"waiting for {what}", why or f"it exited (status {vm.exitcode()})")
+            time.sleep(POLL)
+
+    def _take_over(self, new: Any) -> None:
+        """The new QEMU becomes the machine's; the old one ends, and its console's reader
+        with it, before a reader of the new console starts."""
+        with self._cond:
+            old, self._vm = self._vm, new
+        try:
+            old.cmd("quit")   # its console closes: the reader ends at the end of what it sent
+        except Exception:  # pylint: disable=broad-except
+            old.kill()
+        self._threads[0].join()
+        try:
+            old.shutdown(timeout=30)
+        except Exception:  # pylint: disable=broad-except
+            old.kill()
+        self._earlier_output.append(old.get_log() or "")
+        self._threads[0] = threading.Thread(target=self._read_console, args=(new.console_socket,), daemon=True)
+        self._threads[0].start()
+
     # --- the end -------------------------------------------------------------------------------
     def finish(self) -> BootResult:
         """Waits until QEMU has exited (the guest powers off after its command), then
@@ -632,7 +715,7 @@ class Machine:
         self._console_file.close()
         with open(self.kernel_log, "w", encoding="utf-8") as f:
             f.write(self._kmsg.text())
-        qemu_output = self._vm.get_log() or ""
+        qemu_output = "".join(self._earlier_output) + (self._vm.get_log() or "")
         if qemu_output:
             with open(self.qemu_log, "w", encoding="utf-8") as f:
                 f.write(qemu_output)
@@ -700,7 +783,8 @@ class Machine:
             kernel_log=self._kmsg.text(), kernel_log_lost=self._kmsg.lost, noted=list(self._kmsg.noted),
             coverage=self._coverage(),
             lines=self._lines(),
-            qemu_output=self._vm.get_log() or "", qemu_exitcode=self._vm.exitcode(), ready_after=ready,
+            qemu_output="".join(self._earlier_output) + (self._vm.get_log() or ""),
+            qemu_exitcode=self._vm.exitcode(), ready_after=ready,
             elapsed=time.monotonic() - self._started, console_log=self.console_log,
             kernel_log_path=self.kernel_log, warnings=list(self._warnings),
             hibernated=self._console.status is None and self._hibernated())
