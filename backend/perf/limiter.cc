@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "saturate.h"
 
@@ -74,6 +75,50 @@ void Limiter::take(double cost) {
         }
     }
     if (uses_peak()) peak_ -= cost;
+}
+
+namespace {
+
+void put_double(state::Writer& w, double v) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    w.u64(bits);
+}
+
+double get_double(state::Reader& r, const char* what, double lo, double hi) {
+    const uint64_t bits = r.u64(what);
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    if (!std::isfinite(v)) {
+        r.fail(what, "is not a finite number; its bits are", bits);
+        return 0;
+    }
+    return std::clamp(v, lo, hi);
+}
+
+// The most a bucket may owe: one IO's cost beyond what it holds (the largest transfer, in
+// bytes, is far below this).
+constexpr double kMaxDebt = double(1ull << 40);
+
+} // namespace
+
+void Limiter::save(state::Writer& w, Nanos now) const {
+    Limiter l = *this;
+    l.refill(now);
+    put_double(w, l.tokens_);
+    put_double(w, l.credits_);
+    put_double(w, l.peak_);
+}
+
+void Limiter::load(state::Reader& r, Nanos now) {
+    const double tokens = get_double(r, "a disk model's base bucket", -kMaxDebt, spec_.depth);
+    const double credits = get_double(r, "a disk model's credits", 0, spec_.credit_capacity);
+    const double peak = get_double(r, "a disk model's peak bucket", -kMaxDebt, spec_.burst_depth);
+    if (!r.ok()) return;
+    tokens_ = tokens;
+    credits_ = credits;
+    peak_ = peak;
+    last_ = std::max(last_, now);
 }
 
 Limiter caps_limiter(const Caps& c, double rate, double burst_rate, double unit, Nanos start) {

@@ -13,6 +13,7 @@
 #include "hvstor/perf/clock.h"
 #include "hvstor/perf/config.h"
 #include "hvstor/perf/stats.h"
+#include "hvstor/state.h"
 
 namespace hvstor::perf::detail {
 
@@ -42,6 +43,12 @@ public:
     Nanos wait(double cost) const;
     void take(double cost);
     Nanos time() const { return last_; }
+
+    // Saved state: the buckets as they stand at `now` (refilled, leaving this one as it is);
+    // a load sets them as of its own now. Loaded values are clamped to what the spec allows
+    // (a bucket in debt by at most one large IO); a value that is not a number fails `r`.
+    void save(state::Writer& w, Nanos now) const;
+    void load(state::Reader& r, Nanos now);
 
     bool credit_mode() const { return spec_.burst == BurstMode::Credit && spec_.rate > 0; }
     double credits() const { return credits_; }

@@ -181,11 +181,45 @@ public:
         return s;
     }
 
+    void save(state::Writer& w) override {
+        std::lock_guard lock(mu_);
+        w.begin(kStateTag, kStateVersion);
+        w.u64(caps_key());
+        sched_.save(w, tick());
+    }
+
+    bool load(state::Reader& r) override {
+        if (!r.begin(kStateTag, kStateVersion, "a disk model's state")) return false;
+        const uint64_t key = r.u64("a disk model's settings");
+        std::lock_guard lock(mu_);
+        if (r.ok() && key != caps_key()) r.fail("a disk model's settings", "differ from this disk's (perf=); key", key);
+        return r.ok() && sched_.load(r, tick());
+    }
+
     const ModelConfig& config() const override { return cfg_; }
     backend::Backend& inner() override { return *inner_; }
     Clock& clock() override { return clock_; }
 
 private:
+    static constexpr uint32_t kStateTag = 0x4c444f4d; // "MODL"
+    static constexpr uint32_t kStateVersion = 1;
+
+    // The caps the buckets belong to, folded into one number (FNV-1a over their values).
+    uint64_t caps_key() const {
+        uint64_t h = 1469598103934665603ull;
+        auto mix = [&h](double v) {
+            uint64_t bits;
+            std::memcpy(&bits, &v, sizeof bits);
+            for (int i = 0; i < 8; i++) h = (h ^ ((bits >> (8 * i)) & 0xFF)) * 1099511628211ull;
+        };
+        const Caps& c = cfg_.caps;
+        for (double v : {c.iops, c.bytes_per_s, c.burst_iops, c.burst_bytes_per_s, double(c.burst), double(c.burst_duration),
+                         c.burst_start, double(c.window), cfg_.read_iops, cfg_.write_iops, cfg_.read_bytes_per_s,
+                         cfg_.write_bytes_per_s})
+            mix(v);
+        return h;
+    }
+
     // The clock as the model sees it under mu_: never backwards, intervals closed.
     Nanos tick() {
         const Nanos now = std::max(clock_.now(), last_now_);

@@ -364,4 +364,23 @@ Nanos Scheduler::next_event() const {
 
 Credits Scheduler::credits(Nanos now) const { return credits_at(iops_, bytes_, now); }
 
+void Scheduler::save(state::Writer& w, Nanos now) const {
+    for (const Limiter* l : {&iops_, &bytes_, &dir_iops_[0], &dir_iops_[1], &dir_bytes_[0], &dir_bytes_[1]})
+        l->save(w, now);
+}
+
+bool Scheduler::load(state::Reader& r, Nanos now) {
+    Limiter loaded[6] = {iops_, bytes_, dir_iops_[0], dir_iops_[1], dir_bytes_[0], dir_bytes_[1]};
+    for (Limiter& l : loaded) l.load(r, now);
+    if (!r.ok()) return false;
+    iops_ = loaded[0];
+    bytes_ = loaded[1];
+    dir_iops_[0] = loaded[2];
+    dir_iops_[1] = loaded[3];
+    dir_bytes_[0] = loaded[4];
+    dir_bytes_[1] = loaded[5];
+    retry_at_ = kNever; // the next dispatch works out the head's wait afresh
+    return true;
+}
+
 } // namespace hvstor::perf::detail

@@ -91,6 +91,10 @@ public:
     uint64_t cost_units() const { return units_; }
     // The disk's burst buckets as they stand at `now`.
     Credits credits(Nanos now) const;
+    // Saved state: the disk's own buckets (its caps, each direction's), as of `now`. A load
+    // takes all or none of them.
+    void save(state::Writer& w, Nanos now) const;
+    bool load(state::Reader& r, Nanos now);
 
 private:
     enum class EventKind : uint8_t { Issue, Due };

@@ -179,6 +179,35 @@ std::string ScsiController::stats_json() const {
     return w.end_array().done();
 }
 
+void ScsiController::save(state::Writer& w) {
+    ctl_->save(w);
+    std::lock_guard lock(mu_);
+    w.u32(uint32_t(disks_.size()));
+    for (const auto& d : disks_) {
+        w.u8(d->lun());
+        w.boolean(d->model() != nullptr);
+        if (d->model()) d->model()->save(w);
+    }
+}
+
+void ScsiController::load(state::Reader& r) {
+    if (!ctl_->load(r)) return;
+    std::lock_guard lock(mu_);
+    const uint32_t n = r.count("a controller's disk count", uint32_t(storvsp::Controller::kMaxLuns), 2);
+    if (r.ok() && n != disks_.size()) r.fail("a controller's disk count", "differs from this controller's", n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        const uint8_t lun = r.u8("a disk's LUN");
+        const bool modelled = r.boolean("a disk's model flag");
+        auto d = std::find_if(disks_.begin(), disks_.end(), [&](const auto& x) { return x->lun() == lun; });
+        if (!r.ok()) break;
+        if (d == disks_.end() || ((*d)->model() != nullptr) != modelled) {
+            r.fail("the disk at LUN", "is missing here, or modelled (perf=) here and not there or the reverse", lun);
+            break;
+        }
+        if (modelled) (*d)->model()->load(r);
+    }
+}
+
 Machine::Machine(Host& host, const MachineConfig& cfg)
     : host_(host), partition_(host, partition_config(cfg)), server_(partition_.synic(), server_config(cfg)) {
     partition_.set_message_handler(&server_);
@@ -221,6 +250,10 @@ constexpr uint32_t kStateVersion = 1;
 } // namespace
 
 std::vector<uint8_t> Machine::save() {
+    RunGate& gate = host_.run_gate();
+    if (gate.running()) throw std::logic_error("the machine's state is saved with the VM stopped");
+    // Closes that finish meanwhile (their storage let go) are in the state whole or not at all.
+    RunGate::Snapshot snapshot(gate);
     state::Writer w;
     w.begin(kStateTag, kStateVersion);
     partition_.save(w);
@@ -229,7 +262,7 @@ std::vector<uint8_t> Machine::save() {
     w.u32(uint32_t(controllers_.size()));
     for (const auto& c : controllers_) {
         w.fixed(c->controller().instance().bytes);
-        c->controller().save(w);
+        c->save(w);
     }
     return w.take();
 }
@@ -238,7 +271,13 @@ void Machine::load(std::span<const uint8_t> data) {
     try {
         load_parts(data);
     } catch (...) {
-        reset(); // a refused load leaves the machine as a reset does, never half loaded
+        // A refused load leaves the machine as a reset does, never half loaded: what it
+        // reopened is closed, the offers go back to their relids, the queues drop what
+        // they took.
+        reset();
+        server_.abort_load();
+        std::lock_guard lock(mu_);
+        for (auto& c : controllers_) c->controller().abort_load();
         throw;
     }
 }
@@ -269,13 +308,15 @@ void Machine::load_parts(std::span<const uint8_t> data) {
             r.fail(("controller " + instance.to_string() + ", index").c_str(), "is not on this machine", i);
             break;
         }
-        (*it)->controller().load(r);
+        (*it)->load(r);
         *it = nullptr; // each once
     }
     r.done();
     check();
     std::string err;
     if (!server_.finish_load(err)) throw std::runtime_error("hv-vmbus-bridge state: " + err);
+    std::lock_guard lock(mu_);
+    for (auto& c : controllers_) c->controller().finish_load();
 }
 
 void Machine::set_running(bool running) {

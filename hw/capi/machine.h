@@ -22,6 +22,7 @@
 #include "hvstor/host.h"
 #include "hvstor/hyperv/partition.h"
 #include "hvstor/perf/vm.h"
+#include "hvstor/state.h"
 #include "hvstor/storvsp/controller.h"
 #include "hvstor/vmbus/guid.h"
 #include "hvstor/vmbus/server.h"
@@ -81,6 +82,11 @@ public:
 
     // Live statistics as JSON (hvstor_controller_stats_json).
     std::string stats_json() const;
+
+    // Saved state: the controller's, then each disk's (by LUN: its model's buckets). A load
+    // needs the same disks at the same LUNs, each modelled or not as in the state.
+    void save(state::Writer& w);
+    void load(state::Reader& r);
 
     // Every disk's injected faults off (true) or back on (false).
     void suspend_faults(bool on);

@@ -88,11 +88,16 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     // outstanding_) is not the new one's to share.
     if (runtime_ || closing_) return vmbus::kStatusUnsuccessful;
     state_ = InitState::Start;
+    // What a load that failed may have left (a close's on_stop clears them otherwise).
+    saved_answers_.clear();
+    saved_requests_.clear();
+    held_resets_.clear();
+    resets_held_seen_.store(0, std::memory_order_relaxed);
     if (restore_) {
         // A loaded machine's channel, open before the save: its session goes on. The worker
         // takes the rest up in its first round (resume_saved).
         state_ = static_cast<InitState>(restore_->state);
-        held_resets_ = std::move(restore_->held_resets);
+        held_resets_.assign(restore_->held_resets.begin(), restore_->held_resets.end()); // keeps its reserve
         resets_held_seen_.store(uint32_t(held_resets_.size()), std::memory_order_relaxed);
         saved_answers_ = std::move(restore_->answers);
         saved_requests_ = std::move(restore_->requests);
@@ -117,6 +122,8 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     if (!loops.empty()) opt.loop = loops[queue_place(ctl_.cfg_, index_) % loops.size()];
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);
     if (runtime_) return vmbus::kStatusSuccess;
+    saved_answers_.clear();
+    saved_requests_.clear();
     log_("OPENCHANNEL refused: %s", err.c_str()); // no worker runs: log_ is this thread's
     return vmbus::kStatusInvalidParameter;
 }
@@ -141,6 +148,8 @@ void Queue::on_close(uint32_t, vmbus::CloseDone done) {
     if (closer_.joinable()) closer_.join();
     auto finish = [this, rt, done = std::move(done)] {
         if (rt) rt->stop(); // waits for outstanding commands; takes no VMM lock
+        // A save sees the rest whole or not at all: it may run now, with the VM stopped.
+        RunGate::Change change(ctl_.host_.run_gate());
         if (index_ == 0) ctl_.primary_closed();
         closing_ = false;
         done();
@@ -259,7 +268,10 @@ void Queue::answer_held_resets(vmbus::ChannelRuntime& ch) {
 bool Queue::may_run_inline(vmbus::ChannelRuntime&) {
     // Once the primary finished the handshake (subchannels have none of their own), and
     // while every attached disk's submits return without waiting.
-    return ctl_.cfg_.inline_rounds && ctl_.ready_.load() && ctl_.blocking_disks_.load() == 0;
+    // Not while requests carried in a loaded state wait to be executed again: all of them go
+    // in one batch, more than an inline round may take.
+    return ctl_.cfg_.inline_rounds && ctl_.ready_.load() && ctl_.blocking_disks_.load() == 0 &&
+           saved_requests_.empty();
 }
 
 bool Queue::takes_inline(const vmbus::PacketDescriptor& d, std::span<const uint8_t> pkt) {

@@ -102,6 +102,8 @@ public:
                            Saved& out);
     // The next on_open() takes up `s` instead of starting a new session.
     void restore_on_open(Saved s);
+    // A load failed: nothing loaded may reach a later session. The channel is closed.
+    void drop_restore();
 
     // Returns once a close in progress has finished (the controller's destructor).
     void join_closer();

@@ -31,7 +31,8 @@ Queue::Answer get_answer(state::Reader& r, const char* what) {
 // The request as the guest could have sent it: GPA-direct with one range per mapped piece
 // (each within a page), or in-band without data. The replay parses it as any other packet.
 std::vector<uint8_t> request_packet(const IoContext& ctx) {
-    const bool data = !ctx.gpas.empty();
+    // A data SRB of no bytes has no ranges, but is GPA-direct all the same.
+    const bool data = ctx.cmd.dir != scsi::Dir::None;
     const uint32_t head = kDescriptorBytes + (data ? 8 + 16 * uint32_t(ctx.gpas.size()) : 0);
     std::vector<uint8_t> out(head + ctx.req_len);
     vmbus::PacketDescriptor d{};
@@ -56,6 +57,18 @@ std::vector<uint8_t> request_packet(const IoContext& ctx) {
     }
     std::memcpy(p, &ctx.req, ctx.req_len);
     return out;
+}
+
+// Only SRBs are carried: a control operation is answered in the round that takes it.
+bool is_srb(const std::vector<uint8_t>& pkt) {
+    vmbus::PacketDescriptor d;
+    if (pkt.size() < sizeof d) return false;
+    std::memcpy(&d, pkt.data(), sizeof d);
+    const size_t off = size_t(d.offset8) * 8;
+    uint32_t op = 0;
+    if (off < sizeof d || pkt.size() < off + kVstorPacketMin) return false;
+    std::memcpy(&op, pkt.data() + off, sizeof op);
+    return static_cast<Operation>(op) == Operation::ExecuteSrb;
 }
 
 } // namespace
@@ -84,11 +97,12 @@ void Queue::save(state::Writer& w) const {
         for (const IoContext* ctx : *list) put_answer(w, {ctx->trans_id, completion(*ctx), ctx->req_len});
     // The rest of the taken requests are still with a disk (its model, a fault, the storage
     // gate): executed again after the load.
+    std::vector<bool> idle(pool_.size(), false);
+    for (const std::vector<IoContext*>* list : {&free_, &unsent_, &done})
+        for (const IoContext* ctx : *list) idle[size_t(ctx - pool_.data())] = true;
     std::vector<const IoContext*> running;
-    for (const IoContext& ctx : pool_) {
-        auto in = [&](const std::vector<IoContext*>& v) { return std::find(v.begin(), v.end(), &ctx) != v.end(); };
-        if (!in(free_) && !in(unsent_) && !in(done)) running.push_back(&ctx);
-    }
+    for (size_t i = 0; i < pool_.size(); i++)
+        if (!idle[i]) running.push_back(&pool_[i]);
     w.u32(uint32_t(saved_requests_.size() + running.size()));
     for (const auto& pkt : saved_requests_) w.bytes(pkt);
     for (const IoContext* ctx : running) w.bytes(request_packet(*ctx));
@@ -114,8 +128,8 @@ bool Queue::read_saved(state::Reader& r, const ControllerConfig& cfg, uint16_t& 
     const uint32_t requests = r.count("a queue's unfinished requests", limit - answers, 4);
     for (uint32_t i = 0; i < requests && r.ok(); i++) {
         out.requests.push_back(r.bytes("an unfinished request", max_request_packet(cfg)));
-        if (r.ok() && out.requests.back().size() < kDescriptorBytes)
-            r.fail("an unfinished request", "is shorter than a packet descriptor:", out.requests.back().size());
+        if (r.ok() && !is_srb(out.requests.back()))
+            r.fail("an unfinished request", "is not an EXECUTE_SRB packet; its length is", out.requests.back().size());
     }
     return r.ok();
 }
@@ -123,6 +137,16 @@ bool Queue::read_saved(state::Reader& r, const ControllerConfig& cfg, uint16_t& 
 void Queue::restore_on_open(Saved s) {
     std::lock_guard lock(mu_);
     restore_ = std::make_unique<Saved>(std::move(s));
+}
+
+void Queue::drop_restore() {
+    std::lock_guard lock(mu_);
+    restore_.reset();
+    if (runtime_) return; // a session of its own: on_stop clears what it loaded
+    saved_answers_.clear();
+    saved_requests_.clear();
+    held_resets_.clear();
+    resets_held_seen_.store(0, std::memory_order_relaxed);
 }
 
 // Room for each answer was kept in the outgoing ring before the save (owed()), and the ring
@@ -141,6 +165,30 @@ void Queue::resume_saved(vmbus::ChannelRuntime& ch) {
     }
     saved_requests_.clear();
     on_batch_end(ch);
+}
+
+void Controller::finish_load() {
+    if (!primary_->is_open()) primary_closed();
+}
+
+void Controller::abort_load() {
+    std::vector<Queue*> queues;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& q : channels_) queues.push_back(q.get());
+    }
+    for (Queue* q : queues) {
+        q->drop_restore();
+        if (q != primary_) q->set_relid(0); // the bus dropped the offers only the state had
+    }
+    vmbus::OfferInfo info;
+    info.type = class_guid(cfg_.device_class);
+    info.instance = instance_;
+    info.handler = primary_;
+    primary_relid_ = bus_.bind(info);
+    primary_->set_relid(primary_relid_);
+    ready_ = false;
+    srb_seen_ = false;
 }
 
 void Controller::save(state::Writer& w) const {

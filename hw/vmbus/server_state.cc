@@ -143,9 +143,10 @@ bool Server::load(state::Reader& r) {
     for (const auto& ch : saved) {
         if (!ch->open) continue;
         auto g = gpadls_.find(ch->ring_gpadl);
-        if (g == gpadls_.end() || !g->second.complete() || g->second.torn_down || g->second.child_relid != ch->relid ||
+        // Torn down is allowed: its GPADL_TORNDOWN waits for the channel's close, as it did.
+        if (g == gpadls_.end() || !g->second.complete() || g->second.child_relid != ch->relid ||
             g->second.range_count != 1 || (g->second.range_data[0] >> 32) != 0 || ch->downstream_offset < 2 ||
-            ch->downstream_offset + 2 > g->second.expected_pfns)
+            g->second.expected_pfns < 4 || ch->downstream_offset > g->second.expected_pfns - 2)
             r.fail("the ring GPADL of open channel relid", "is missing or unusable", ch->relid);
     }
     if (!r.ok() || !load_offers_locked(std::move(saved), r)) {
@@ -156,14 +157,27 @@ bool Server::load(state::Reader& r) {
     target_vp_ = target_vp;
     sint_ = sint;
     offers_requested_ = offers_requested;
-    queue_owed_locked(unload_owed);
+    queue_owed_locked(unload_owed, saved_open_rings_locked());
     return true;
 }
 
-void Server::queue_owed_locked(bool unload_owed) {
+std::vector<uint32_t> Server::saved_open_rings_locked() const {
+    std::vector<uint32_t> rings;
+    for (const auto& ch : offers_)
+        if (ch && ch->open) rings.push_back(ch->ring_gpadl);
+    return rings;
+}
+
+void Server::queue_owed_locked(bool unload_owed, const std::vector<uint32_t>& open_rings) {
     load_out_.clear();
+    held_torndown_.clear();
     for (auto it = gpadls_.begin(); it != gpadls_.end();) {
         if (!it->second.torn_down) {
+            ++it;
+            continue;
+        }
+        if (std::find(open_rings.begin(), open_rings.end(), it->first) != open_rings.end()) {
+            held_torndown_.push_back(it->first); // answered when its channel's close is done
             ++it;
             continue;
         }
@@ -202,6 +216,9 @@ bool Server::load_offers_locked(std::vector<std::unique_ptr<Offer>> saved, state
                    false;
     }
     // Nothing was changed before this point: a refused load leaves the offers as they were.
+    before_load_.clear();
+    for (const auto& o : offers_)
+        if (o && !o->rescinded) before_load_.push_back({o->info, o->relid});
     offers_ = std::move(placed);
     return true;
 }
@@ -237,10 +254,26 @@ bool Server::finish_load(std::string& err) {
             }
         }
         out.swap(load_out_);
+        before_load_.clear();
         sending_locked(out);
     }
     flush(out);
     return true;
+}
+
+void Server::abort_load() {
+    std::lock_guard lock(mu_);
+    drop_connection_locked(); // the reset did; nothing is open, nothing owed
+    offers_.clear();
+    for (const auto& [info, relid] : before_load_) {
+        if (relid > offers_.size()) offers_.resize(relid);
+        auto ch = std::make_unique<Offer>();
+        ch->info = info;
+        ch->relid = relid;
+        offers_[relid - 1] = std::move(ch);
+    }
+    before_load_.clear();
+    load_out_.clear();
 }
 
 } // namespace hvstor::vmbus

@@ -386,6 +386,56 @@ TEST_F(MachineTest, ALoadedMachineAnswersWhatTheSavedOneOwed) {
     EXPECT_FALSE(guest2.poll(ch2)) << "a request was answered twice";
 }
 
+// A load that fails at its last step (after the bus and the controller took their parts)
+// leaves the machine as a reset does: the offers at the relids they had, no connection, and
+// nothing loaded left for the next session. The guest then connects afresh, and its first
+// read is answered with no stale answer or replayed read before it.
+TEST_F(MachineTest, AFailedLoadLeavesNothingOfItForTheNextSession) {
+    capi::DiskSpec spec = ram(false);
+    spec.perf = "iops=50,burst=off";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    for (uint32_t i = 0; i < 4; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
+    perf::ModelBackend& model = *disk->model();
+    while (model.stats().queued + model.stats().issued < 4) std::this_thread::yield();
+    machine->set_running(false);
+    std::vector<uint8_t> state = machine->save();
+    machine.reset();
+
+    capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
+    FakeGuest g2(host, next.partition());
+    FakeStorvsc guest2(host, next.partition(), g2);
+    capi::ScsiController& c = next.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    c.add_disk(spec);
+    const uint32_t relid = c.controller().primary_relid();
+    state.push_back(0); // a byte too many: refused once everything else was read
+    EXPECT_THROW(next.load(state), std::runtime_error);
+    EXPECT_FALSE(next.server().connected());
+    EXPECT_EQ(c.controller().primary_relid(), relid);
+    EXPECT_EQ(c.controller().open_channels(), 0u);
+    next.set_running(true);
+    // A new session on the same ring pages, as a rebooted guest would use them.
+    g2.enable_hypercalls();
+    for (uint32_t vp = 0; vp < 2; vp++) g2.enable_synic(vp);
+    vmbus::InitiateContact ic{};
+    ic.hdr.msgtype = uint32_t(vmbus::MsgType::InitiateContact);
+    ic.version_requested = vmbus::version::kV5_3;
+    ic.v5.msg_sint = 2;
+    g2.post(0, 4, ic);
+    guest2.wait_message<vmbus::VersionResponse>(vmbus::MsgType::VersionResponse);
+    vmbus::MsgHeader h{uint32_t(vmbus::MsgType::RequestOffers), 0};
+    g2.post(0, 1, h);
+    guest2.wait_message<vmbus::MsgHeader>(vmbus::MsgType::AllOffersDelivered);
+    auto fresh = guest2.open(relid, kRings, 0x100);
+    ASSERT_TRUE(fresh);
+    ASSERT_TRUE(guest2.handshake(*fresh));
+    const uint64_t id = guest2.send_srb(*fresh, rw10(false, 0, 8), kBuf, 4096);
+    auto r = guest2.wait(*fresh);
+    while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest2.wait(*fresh);
+    EXPECT_EQ(r.trans_id, id) << "an answer of the failed load's state reached the new session";
+    EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_FALSE(guest2.poll(*fresh));
+}
+
 // A state this machine cannot take is refused with its reason, and nothing is reopened.
 TEST_F(MachineTest, ALoadRefusesAStateItCannotTake) {
     ASSERT_NO_FATAL_FAILURE(serve(ram(false)));

@@ -126,6 +126,51 @@ public:
     void add_storage(Listener* l) { storage_.add(l); }
     void remove_storage(Listener* l) { storage_.remove(l); }
 
+    // Saved state. While the VM is paused, a few steps of device threads still change state
+    // that a save reads in several parts: a channel's close finishing once the storage let go
+    // of its last request (the subchannels withdrawn, the bus told, its answers posted).
+    // Such a step holds a Change for its duration, and a save holds a Snapshot: the save sees
+    // each step whole or not at all. Changes never wait for a Snapshot that is only waiting
+    // (one may be nested in another, on one thread or across threads that wait for each
+    // other); a Snapshot waits until no Change is in progress, then holds new ones off.
+    // Neither may be taken inside a Section, and a Change must never wait for the guest,
+    // the storage or a resume.
+    class Change {
+    public:
+        explicit Change(RunGate& g) : g_(g) {
+            std::unique_lock lock(g_.save_mu_);
+            g_.save_cv_.wait(lock, [&] { return !g_.saving_; });
+            g_.changes_++;
+        }
+        ~Change() {
+            std::lock_guard lock(g_.save_mu_);
+            if (--g_.changes_ == 0) g_.save_cv_.notify_all();
+        }
+        Change(const Change&) = delete;
+        Change& operator=(const Change&) = delete;
+
+    private:
+        RunGate& g_;
+    };
+    class Snapshot {
+    public:
+        explicit Snapshot(RunGate& g) : g_(g) {
+            std::unique_lock lock(g_.save_mu_);
+            g_.save_cv_.wait(lock, [&] { return g_.changes_ == 0 && !g_.saving_; });
+            g_.saving_ = true;
+        }
+        ~Snapshot() {
+            std::lock_guard lock(g_.save_mu_);
+            g_.saving_ = false;
+            g_.save_cv_.notify_all();
+        }
+        Snapshot(const Snapshot&) = delete;
+        Snapshot& operator=(const Snapshot&) = delete;
+
+    private:
+        RunGate& g_;
+    };
+
 private:
     class Registry {
     public:
@@ -182,6 +227,10 @@ private:
     std::condition_variable wait_cv_;
     Registry listeners_;  // open channels and the SynIC
     Registry storage_;    // disks' storage gates
+    std::mutex save_mu_;  // changes_, saving_
+    std::condition_variable save_cv_;
+    uint32_t changes_ = 0; // Changes in progress
+    bool saving_ = false;  // a Snapshot is held
 };
 
 } // namespace hvstor

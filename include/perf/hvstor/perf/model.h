@@ -20,6 +20,7 @@
 #include "hvstor/perf/config.h"
 #include "hvstor/perf/stats.h"
 #include "hvstor/perf/vm.h"
+#include "hvstor/state.h"
 
 namespace hvstor::perf {
 
@@ -41,6 +42,13 @@ public:
     // An unplug never calls it: the disks sharing caps with the removed one still see its
     // cancelled requests' reservations, as if those had run.
     virtual void abandon(bool on) = 0;
+    // Saved state (savevm, migration): the disk's own burst buckets (base tokens, credits,
+    // peak) as they stand now, tagged with the model's settings so that a load into a disk
+    // with other caps is refused. A load sets them as of the model's own now: time while
+    // the VM was saved does not count. Not saved: the shared caps' buckets (a model
+    // object's, the VM's), the statistics, requests (their controller carries them).
+    virtual void save(state::Writer& w) = 0;
+    virtual bool load(state::Reader& r) = 0;
 };
 
 // `clock`: nullptr for the host's monotonic clock (the model then owns one timer thread);

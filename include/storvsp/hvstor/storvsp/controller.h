@@ -189,6 +189,12 @@ public:
     // machine reset leaves it: binds the queues to their restored offers and keeps each open
     // queue's state for its reopening. False with the reason in `r`.
     bool load(state::Reader& r);
+    // After the bus's finish_load(): a primary that was closing at the save withdraws its
+    // subchannels, as its close would have.
+    void finish_load();
+    // A load failed and the machine was reset, then the bus's abort_load() ran: the queues
+    // drop what they loaded and take their offers' relids again.
+    void abort_load();
 
     // scsi::CommandSink: routes a finished command back to its channel.
     void command_done(scsi::Command* cmd) override;

@@ -98,6 +98,9 @@ public:
     // guest when the VM runs. False with the reason in the reader (load) or `err`.
     bool load(state::Reader& r);
     bool finish_load(std::string& err);
+    // A load failed (after load() went well) and the machine was reset: the devices' offers
+    // go back to the relids they had, and what only the saved state had is dropped.
+    void abort_load();
 
     // Drop the connection, the GPADLs and open channels; offers stay registered. Returns
     // once every device has finished closing (machine reset: nothing may write guest
@@ -162,8 +165,10 @@ private:
     std::vector<std::unique_ptr<Offer>> read_offers(state::Reader& r, uint32_t version) const;
     std::map<uint32_t, Gpadl> read_gpadls(state::Reader& r) const;
     bool load_offers_locked(std::vector<std::unique_ptr<Offer>> saved, state::Reader& r);
-    // The answers the saved machine still owed, whose closes are over here.
-    void queue_owed_locked(bool unload_owed);
+    // The answers the saved machine still owed, whose closes are over here (not those of
+    // the rings of channels open again: their closes come).
+    void queue_owed_locked(bool unload_owed, const std::vector<uint32_t>& open_rings);
+    std::vector<uint32_t> saved_open_rings_locked() const;
     void run_closes();
     void close_done(uint64_t token);
     // The GPADL backs the rings of a channel that is open or still closing.
@@ -204,6 +209,8 @@ private:
     std::vector<uint32_t> held_torndown_;
     bool unload_owed_ = false; // UNLOAD_RESPONSE, once no close is in progress
     Outbox load_out_;          // load(): messages finish_load() sends
+    // load(): the devices' offers as they were, for abort_load().
+    std::vector<std::pair<OfferInfo, uint32_t>> before_load_;
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;
     GuestErrorLog log_; // under mu_
