@@ -211,6 +211,8 @@ static void hv_vmbus_bridge_run_state(void *opaque, bool running, RunState state
     } else {
         hv_irq_set_running(&s->irq, false);
         hvstor_vmbus_set_running(s->vb, false);
+        /* Nothing writes now: the last pass of a migration must send what was written. */
+        hv_host_dirty_mapped();
     }
 }
 
