@@ -38,7 +38,9 @@ inline VmscsiRequest rw10(bool write, uint32_t lba, uint16_t blocks) {
 struct MachineRig {
     // As Linux does at every boot: hyperv_init() (a machine reset cleared the guest OS id
     // and the hypercall page), the SynIC, then the VMBus handshake.
-    void connect() {
+    void connect() { connect(g, guest); }
+    // The same for a guest of another machine (one that loaded a saved state, say).
+    static void connect(FakeGuest& g, FakeStorvsc& guest) {
         g.enable_hypercalls();
         for (uint32_t vp = 0; vp < 2; vp++) g.enable_synic(vp);
         vmbus::InitiateContact c{};

@@ -414,17 +414,7 @@ TEST_F(MachineTest, AFailedLoadLeavesNothingOfItForTheNextSession) {
     EXPECT_EQ(c.controller().open_channels(), 0u);
     next.set_running(true);
     // A new session on the same ring pages, as a rebooted guest would use them.
-    g2.enable_hypercalls();
-    for (uint32_t vp = 0; vp < 2; vp++) g2.enable_synic(vp);
-    vmbus::InitiateContact ic{};
-    ic.hdr.msgtype = uint32_t(vmbus::MsgType::InitiateContact);
-    ic.version_requested = vmbus::version::kV5_3;
-    ic.v5.msg_sint = 2;
-    g2.post(0, 4, ic);
-    guest2.wait_message<vmbus::VersionResponse>(vmbus::MsgType::VersionResponse);
-    vmbus::MsgHeader h{uint32_t(vmbus::MsgType::RequestOffers), 0};
-    g2.post(0, 1, h);
-    guest2.wait_message<vmbus::MsgHeader>(vmbus::MsgType::AllOffersDelivered);
+    MachineRig::connect(g2, guest2);
     auto fresh = guest2.open(relid, kRings, 0x100);
     ASSERT_TRUE(fresh);
     ASSERT_TRUE(guest2.handshake(*fresh));
