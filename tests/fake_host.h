@@ -1,6 +1,7 @@
 // A Host over a flat fake guest RAM, with a hole that stands for MMIO.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -64,6 +65,27 @@ public:
         note_thread();
         unmaps++;
     }
+    // Guest addresses of the ranges marked written (Host::mark_written), in call order.
+    void mark_written(void* ptr, size_t len) override {
+        std::lock_guard lock(mu_);
+        marked.push_back({uint64_t(static_cast<uint8_t*>(ptr) - ram_.data()), len});
+    }
+    struct Range {
+        uint64_t gpa;
+        size_t len;
+    };
+    std::vector<Range> marked;
+    // Whether [gpa, gpa + len) was marked written, in one call or several.
+    bool was_marked(uint64_t gpa, size_t len) {
+        std::lock_guard lock(mu_);
+        for (uint64_t a = gpa; a < gpa + len;) {
+            auto r = std::find_if(marked.begin(), marked.end(), [&](const Range& m) { return a >= m.gpa && a < m.gpa + m.len; });
+            if (r == marked.end()) return false;
+            a = r->gpa + r->len;
+        }
+        return true;
+    }
+
     // What the VMM's event loop would run while a reset waits (set before the wait).
     std::function<void()> on_poll;
     void poll_while_waiting() override {

@@ -49,6 +49,9 @@ public:
     void poll_while_waiting() override {
         if (ops_.poll_while_waiting) ops_.poll_while_waiting(ops_.opaque);
     }
+    void mark_written(void* ptr, size_t len) override {
+        if (ops_.mark_written) ops_.mark_written(ops_.opaque, ptr, len);
+    }
 
 private:
     HvstorHostOps ops_;

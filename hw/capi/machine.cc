@@ -321,10 +321,16 @@ void Machine::load_parts(std::span<const uint8_t> data) {
 
 void Machine::set_running(bool running) {
     RunGate& gate = host_.run_gate();
-    if (running)
+    if (running) {
         gate.resume();
-    else
-        gate.pause([this] { host_.poll_while_waiting(); });
+        return;
+    }
+    gate.pause([this] { host_.poll_while_waiting(); });
+    // Nothing writes guest memory now. What was written through mappings still open (rings,
+    // buffers of requests not yet answered) is marked dirty, so a migration's last pass,
+    // which comes after the stop, sends it.
+    std::lock_guard lock(mu_);
+    for (auto& c : controllers_) c->controller().mark_written();
 }
 
 void ScsiController::notify(std::string_view what) {

@@ -10,6 +10,7 @@
 #include "qemu/rcu.h"
 #include "exec/address-spaces.h"
 #include "exec/memory.h"
+#include "exec/ramblock.h"
 #include "hvstor-internal.h"
 
 /*
@@ -82,85 +83,8 @@ static bool host_atomic_or_u32(void *opaque, uint64_t gpa, uint32_t mask)
  * A page of guest RAM for direct access by device threads, pinned by a reference on
  * its memory region until host_unmap().
  */
-/*
- * Writable mappings in use, by host page. QEMU's dirty log sees the model's writes through
- * its accessors and at unmap, but a channel's ring pages stay mapped while it is open: a
- * migration's earlier passes may have sent them before the model wrote them. When the VM
- * stops (before the migration's last pass) every page mapped writable is marked dirty,
- * so that pass sends it as the model left it.
- */
-typedef struct HvMapped {
-    MemoryRegion *mr;
-    hwaddr offset; /* of the page in mr */
-    unsigned count;
-} HvMapped;
-
-static QemuMutex mapped_lock;
-static GHashTable *mapped; /* page-aligned host pointer -> HvMapped */
-
-static void mapped_init(void)
-{
-    static bool done;
-
-    if (!done) {
-        qemu_mutex_init(&mapped_lock);
-        mapped = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
-        done = true;
-    }
-}
-
-static void *page_of(void *ptr)
-{
-    return (void *)((uintptr_t)ptr & ~(uintptr_t)4095);
-}
-
-static void mapped_add(void *ptr, MemoryRegion *mr, hwaddr xlat)
-{
-    HvMapped *m;
-
-    qemu_mutex_lock(&mapped_lock);
-    m = g_hash_table_lookup(mapped, page_of(ptr));
-    if (!m) {
-        m = g_new0(HvMapped, 1);
-        m->mr = mr;
-        m->offset = xlat & ~(hwaddr)4095;
-        g_hash_table_insert(mapped, page_of(ptr), m);
-    }
-    m->count++;
-    qemu_mutex_unlock(&mapped_lock);
-}
-
-static void mapped_remove(void *ptr)
-{
-    HvMapped *m;
-
-    qemu_mutex_lock(&mapped_lock);
-    m = g_hash_table_lookup(mapped, page_of(ptr));
-    if (m && --m->count == 0) {
-        g_hash_table_remove(mapped, page_of(ptr));
-    }
-    qemu_mutex_unlock(&mapped_lock);
-}
-
-void hv_host_dirty_mapped(void)
-{
-    GHashTableIter it;
-    gpointer key, value;
-
-    mapped_init();
-    qemu_mutex_lock(&mapped_lock);
-    g_hash_table_iter_init(&it, mapped);
-    while (g_hash_table_iter_next(&it, &key, &value)) {
-        HvMapped *m = value;
-
-        memory_region_set_dirty(m->mr, m->offset, 4096);
-    }
-    qemu_mutex_unlock(&mapped_lock);
-}
-
 static void *host_map(void *opaque, uint64_t gpa, size_t len, bool writable)
 {
-    void *ptr;
     hwaddr xlat, l = len;
     MemoryRegion *mr;
 
@@ -175,18 +99,11 @@ static void *host_map(void *opaque, uint64_t gpa, size_t len, bool writable)
         return NULL;
     }
     memory_region_ref(mr);
-    ptr = qemu_map_ram_ptr(mr->ram_block, xlat);
-    if (writable) {
-        mapped_add(ptr, mr, xlat);
-    }
-    return ptr;
+    return qemu_map_ram_ptr(mr->ram_block, xlat);
 }
 
 static void host_unmap(void *opaque, void *ptr, size_t len, bool written)
 {
-    if (written) {
-        mapped_remove(ptr);
-    }
     /* Drops the reference, and marks the range dirty (invalidating TCG code) if written. */
     address_space_unmap(&address_space_memory, ptr, len, written, written ? len : 0);
 }
@@ -211,9 +128,26 @@ void hv_host_thread_hooks(void)
     hvstor_set_thread_hooks(thread_enter, thread_leave);
 }
 
+/*
+ * A mapping still in use (a channel's ring, a request's buffer) written since it was made:
+ * dirty in QEMU's log now, as address_space_unmap marks it at the end. The model calls it
+ * when the VM stops, before a migration's last pass.
+ */
+static void host_mark_written(void *opaque, void *ptr, size_t len)
+{
+    ram_addr_t offset;
+    RAMBlock *rb;
+
+    RCU_READ_LOCK_GUARD();
+    rb = qemu_ram_block_from_host(ptr, false, &offset);
+    if (rb) {
+        memory_region_set_dirty(rb->mr, offset, len);
+    }
+}
+
 void hv_host_memory_ops(HvstorHostOps *ops)
 {
-    mapped_init();
+    ops->mark_written = host_mark_written;
     ops->read_gpa = host_read_gpa;
     ops->write_gpa = host_write_gpa;
     ops->atomic_or_u32 = host_atomic_or_u32;

@@ -17,11 +17,6 @@
 
 /* Fills the memory operations of ops; opaque and raise_vector are the caller's. */
 void hv_host_memory_ops(HvstorHostOps *ops);
-/*
- * Marks every guest page the model has mapped writable dirty in QEMU's log: called when the
- * VM stops, so that a migration's last pass sends the pages it wrote through mappings.
- */
-void hv_host_dirty_mapped(void);
 /* Registers the model's threads with RCU; once, before any device exists. */
 void hv_host_thread_hooks(void);
 /*

@@ -211,8 +211,6 @@ static void hv_vmbus_bridge_run_state(void *opaque, bool running, RunState state
     } else {
         hv_irq_set_running(&s->irq, false);
         hvstor_vmbus_set_running(s->vb, false);
-        /* Nothing writes now: the last pass of a migration must send what was written. */
-        hv_host_dirty_mapped();
     }
 }
 
@@ -350,9 +348,8 @@ static int hv_vmbus_bridge_pre_save(void *opaque)
         free(data);
         return -EINVAL;
     }
-    s->state = g_memdup2(data, len);
+    s->state = data; /* malloc'd: g_free frees it (GLib allocates with malloc) */
     s->state_len = len;
-    free(data);
     return 0;
 }
 

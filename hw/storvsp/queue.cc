@@ -88,7 +88,7 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     // outstanding_) is not the new one's to share.
     if (runtime_ || closing_) return vmbus::kStatusUnsuccessful;
     state_ = InitState::Start;
-    // What a load that failed may have left (a close's on_stop clears them otherwise).
+    // What an earlier session or a load that failed left: the one place they are cleared.
     saved_answers_.clear();
     saved_requests_.clear();
     held_resets_.clear();
@@ -122,8 +122,6 @@ uint32_t Queue::on_open(const vmbus::OpenRequest& req) {
     if (!loops.empty()) opt.loop = loops[queue_place(ctl_.cfg_, index_) % loops.size()];
     runtime_ = vmbus::ChannelRuntime::open(ctl_.host_, req, *this, ring_stats_, err, opt);
     if (runtime_) return vmbus::kStatusSuccess;
-    saved_answers_.clear();
-    saved_requests_.clear();
     log_("OPENCHANNEL refused: %s", err.c_str()); // no worker runs: log_ is this thread's
     return vmbus::kStatusInvalidParameter;
 }
@@ -318,8 +316,6 @@ void Queue::on_stop(vmbus::ChannelRuntime&) {
     outstanding_ = 0;
     // Held resets go unanswered: the guest closed the channel, as for completions owed.
     held_resets_.clear();
-    saved_answers_.clear();
-    saved_requests_.clear();
     resets_held_seen_.store(0, std::memory_order_relaxed);
     outstanding_seen_.store(0, std::memory_order_relaxed);
     state_ = InitState::Start;

@@ -100,9 +100,13 @@ public:
     // settings; `open` says whether `out` was filled.
     static bool read_saved(state::Reader& r, const ControllerConfig& cfg, uint16_t& index, uint32_t& relid, bool& open,
                            Saved& out);
+    // With the VM paused: Host::mark_written for the rings and for every request buffer the
+    // disks may have written and that is still mapped (taken, not yet released).
+    void mark_written() const;
     // The next on_open() takes up `s` instead of starting a new session.
     void restore_on_open(Saved s);
-    // A load failed: nothing loaded may reach a later session. The channel is closed.
+    // A load failed: nothing loaded may reach a later session (on_open clears what an
+    // earlier open took up). The channel is closed.
     void drop_restore();
 
     // Returns once a close in progress has finished (the controller's destructor).

@@ -139,14 +139,19 @@ void Queue::restore_on_open(Saved s) {
     restore_ = std::make_unique<Saved>(std::move(s));
 }
 
+void Queue::mark_written() const {
+    std::lock_guard lock(mu_);
+    if (!runtime_) return; // closed: nothing of it is the guest's to read any more
+    runtime_->mark_written();
+    // A released context has no pages; one taken keeps them until it is answered.
+    for (const IoContext& ctx : pool_)
+        if (ctx.writes_guest)
+            for (const iovec& v : ctx.pages) ctl_.host_.mark_written(v.iov_base, v.iov_len);
+}
+
 void Queue::drop_restore() {
     std::lock_guard lock(mu_);
-    restore_.reset();
-    if (runtime_) return; // a session of its own: on_stop clears what it loaded
-    saved_answers_.clear();
-    saved_requests_.clear();
-    held_resets_.clear();
-    resets_held_seen_.store(0, std::memory_order_relaxed);
+    restore_.reset(); // what an open took of it already, the next open clears
 }
 
 // Room for each answer was kept in the outgoing ring before the save (owed()), and the ring
@@ -165,6 +170,11 @@ void Queue::resume_saved(vmbus::ChannelRuntime& ch) {
     }
     saved_requests_.clear();
     on_batch_end(ch);
+}
+
+void Controller::mark_written() const {
+    std::lock_guard lock(mu_);
+    for (const auto& q : channels_) q->mark_written();
 }
 
 void Controller::finish_load() {

@@ -386,6 +386,29 @@ TEST_F(MachineTest, ALoadedMachineAnswersWhatTheSavedOneOwed) {
     EXPECT_FALSE(guest2.poll(ch2)) << "a request was answered twice";
 }
 
+// Live migration copies guest RAM while the VM runs and sees the model's writes only through
+// the host's accessors and at unmap. When the VM stops, before the migration's last pass,
+// every mapping still open that the model writes is marked: both rings of the open channel
+// and the buffer of each read taken and not yet answered. Nothing is marked while it runs.
+TEST_F(MachineTest, AStopMarksWhatIsWrittenThroughOpenMappings) {
+    capi::DiskSpec spec = ram(false);
+    spec.perf = "iops=0.01,burst=off";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    constexpr uint32_t kReads = 4;
+    for (uint32_t i = 0; i < kReads; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
+    perf::ModelBackend& model = *disk->model();
+    while (model.stats().queued + model.stats().issued < kReads) std::this_thread::yield();
+    EXPECT_TRUE(host.marked.empty());
+    machine->set_running(false);
+    EXPECT_TRUE(host.was_marked(kRings, 2 * FakeStorvsc::kRingPages * 4096ull)) << "the rings";
+    // The cap's bucket lets two reads through at once; the others wait behind it, taken and
+    // not answered.
+    ASSERT_EQ(model.stats().queued, kReads - 2);
+    for (uint32_t i = 2; i < kReads; i++) EXPECT_TRUE(host.was_marked(kBuf + i * 4096, 4096)) << "read " << i;
+    EXPECT_FALSE(host.was_marked(kBuf + kReads * 4096, 4096)) << "a page no request uses";
+    machine->set_running(true);
+}
+
 // A load that fails at its last step (after the bus and the controller took their parts)
 // leaves the machine as a reset does: the offers at the relids they had, no connection, and
 // nothing loaded left for the next session. The guest then connects afresh, and its first

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from typing import Any, Dict, List
 
-from conftest import Checks, Disk, Guest, Machine, guest
+from conftest import Checks, Disk, Guest, Machine, guest, stats
 
 
 def fio_guest(tmp_path: Any, name: str, size: str, iops: int) -> Guest:
@@ -32,13 +32,25 @@ sed 's/^/FIO: /' /tmp/fio.out
 
 
 def controller(m: Machine) -> Dict[str, Any]:
-    """The controller's statistics (qom-get scsi0 stats)."""
-    out: Dict[str, Any] = m.qmp("qom-get", path="/machine/peripheral/scsi0", property="stats")
-    return out
+    """The controller's statistics."""
+    return stats(m, "scsi0")
 
 
 def outstanding(stats: Dict[str, Any]) -> int:
     return sum(c["outstanding"] for c in stats["channels"])
+
+
+def stop_with_requests_in_flight(m: Machine) -> Dict[str, Any]:
+    """Stops the VM at a moment the guest has requests outstanding, and returns the
+    controller's statistics then. A stop that finds none (fio between its phases) is undone
+    and tried again once more requests were answered: a wait, never a verdict."""
+    while True:
+        m.qmp("stop")
+        s = controller(m)
+        if outstanding(s) > 0:
+            return s
+        m.qmp("cont")
+        answered_past(m, 1)
 
 
 def answered_past(m: Machine, n: int) -> None:

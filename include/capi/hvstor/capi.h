@@ -45,6 +45,11 @@ typedef struct HvstorHostOps {
      * the VMM's work is ready, without blocking (QEMU: the main loop's AioContext).
      */
     void (*poll_while_waiting)(void *opaque);
+    /*
+     * Optional (NULL: nothing). Marks [ptr, ptr + len) of a mapping still in use dirty for
+     * migration, as unmap with written does. Main thread, with the VM stopped.
+     */
+    void (*mark_written)(void *opaque, void *ptr, size_t len);
 } HvstorHostOps;
 
 typedef enum HvstorMsrResult {

@@ -35,6 +35,10 @@ public:
     // until unmap(); `written` marks the pages dirty for migration.
     virtual void* map(uint64_t gpa, size_t len, bool writable) = 0;
     virtual void unmap(void* ptr, size_t len, bool written) = 0;
+    // Marks a mapping's range dirty for migration now, as unmap(written) would, for one that
+    // stays mapped: the machine calls it for every writable mapping in use when the VM stops,
+    // before a migration's last pass (a channel's ring pages stay mapped while it is open).
+    virtual void mark_written(void* ptr, size_t len) { (void)ptr, (void)len; }
 
     // Fixed-delivery interrupt with `vector` to virtual processor `vp`'s local APIC.
     // Called with no lock of the device model held, from any thread; never blocks on the

@@ -189,6 +189,9 @@ public:
     // machine reset leaves it: binds the queues to their restored offers and keeps each open
     // queue's state for its reopening. False with the reason in `r`.
     bool load(state::Reader& r);
+    // With the VM paused, before a migration's last pass: marks the guest memory the
+    // controller writes through mappings that stay open (rings, request buffers) dirty.
+    void mark_written() const;
     // After the bus's finish_load(): a primary that was closing at the save withdraws its
     // subchannels, as its close would have.
     void finish_load();

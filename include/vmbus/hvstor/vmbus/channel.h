@@ -130,6 +130,12 @@ public:
     const ChannelStats& stats() const { return stats_; }
     bool broken() const { return broken_.load(); }
 
+    // With the VM paused (no round runs): Host::mark_written for both rings' pages.
+    void mark_written() const {
+        in_.mark_written();
+        out_.mark_written();
+    }
+
     // Stops the worker after the handler's on_stop(); idempotent. Never takes VMM locks.
     // With an event loop: not from within one of this channel's rounds.
     void stop();

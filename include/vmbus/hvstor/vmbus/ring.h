@@ -50,6 +50,10 @@ public:
     bool map(Host& host, std::span<const uint64_t> pfns);
     size_t count() const { return pages_.size(); }
     uint8_t* page(size_t i) const { return pages_[i]; }
+    // Host::mark_written for each page (the host may write both rings' header pages).
+    void mark_written() const {
+        for (uint8_t* p : pages_) host_->mark_written(p, kPageSize);
+    }
 
 private:
     void release();
@@ -63,6 +67,7 @@ public:
     explicit Ring(RingPages pages);
 
     uint32_t data_size() const { return data_size_; }
+    void mark_written() const { pages_.mark_written(); }
 
 protected:
     uint32_t load(uint32_t header_off) const;
