@@ -15,10 +15,16 @@ The boot ends, and every wait in it raises BootFailed at once, when the guest ke
 an Oops, BUG, WARNING, panic or hung task, when the deadline passes (Guest.timeout), when
 the guest shows no sign of life (console, kmsg or the init's heartbeat) for Guest.silence
 seconds, or when QEMU exits. Waits have no clock of their own.
+
+A boot may end in a snapshot instead of a power-off: snapshot(FOLDER) stops the guest, has
+QEMU write its whole state there with the console and the kernel's log so far, and ends
+QEMU. Machine(guest, restore=FOLDER) then goes on from that moment in a new QEMU with the
+same devices (as many times as wanted): its logs start with what the saved boot showed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -93,18 +99,19 @@ class BootResult:
     kernel_log_path: str
     warnings: List[str] = field(default_factory=list)
     hibernated: bool = False       # the guest powered off having written a hibernation image
+    saved: bool = False            # the guest was saved to a snapshot and this boot ended there
 
     @property
     def exit_code(self) -> int:
         if self.failure is not None:
             return self.failure.exit_code
-        if self.status is None and self.hibernated:
+        if self.status is None and (self.hibernated or self.saved):
             return 0
         return self.status if self.status is not None else 125
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and (self.status == 0 or (self.status is None and self.hibernated))
+        return self.failure is None and (self.status == 0 or (self.status is None and (self.hibernated or self.saved)))
 
     def notes(self) -> List[str]:
         """What a person should hear of a boot that did not fail: kernel reports that did
@@ -115,8 +122,11 @@ class BootResult:
         """What went wrong, for a person: the reason, QEMU's output, the kernel's report,
         the console's end and where the whole logs are."""
         if self.failure is None:
-            done = ("the guest hibernated: its image is on its swap disk (Guest.resume_lun resumes it)"
-                    if self.status is None and self.hibernated else f"the guest command exited with status {self.status}")
+            done = f"the guest command exited with status {self.status}"
+            if self.status is None and self.hibernated:
+                done = "the guest hibernated: its image is on its swap disk (Guest.resume_lun resumes it)"
+            elif self.status is None and self.saved:
+                done = "the guest was saved to a snapshot (Machine(restore=FOLDER) goes on from it)"
             return "\n".join([done] + self.notes())
         out = [f"error: {self.failure.message}"]
         if self.qemu_output.strip():
@@ -149,8 +159,10 @@ class Machine:
                  on_output: Optional[Callable[[str], None]] = None,
                  console_log: Optional[str] = None, results_dir: Optional[str] = None,
                  qmp_socket: Optional[str] = None, name: str = "guest",
-                 assets: Optional[assetsmod.Assets] = None, qemu: Optional[str] = None) -> None:
+                 assets: Optional[assetsmod.Assets] = None, qemu: Optional[str] = None,
+                 restore: Optional[str] = None) -> None:
         self.guest = guest
+        self.restore = restore         # a snapshot() folder the guest goes on from, or None
         self._assets = assets          # the kernel and base initramfs, when already at hand
         self._qemu = qemu              # the QEMU binary (default: qemu.qemu_binary())
         self._own_workdir = workdir is None
@@ -186,6 +198,8 @@ class Machine:
         self._cov_functions: List[str] = []
         self._binary = self._kernel_path = self._initrd_path = ""
         self._moves = 0                      # migrations to another QEMU so far
+        self._saved = False                  # snapshot() ended this boot
+        self._console_split = LineSplitter()  # the console's lines (a restore's start with the snapshot's)
         self._earlier_output: List[str] = []  # the output of the QEMUs the guest left
 
     # --- the context manager ------------------------------------------------------------
@@ -202,7 +216,8 @@ class Machine:
     def qemu_args(self, kernel: str, initrd: str, incoming: bool = False) -> List[str]:
         """QEMU's arguments beside those qemu.machine adds (QMP, the console). `incoming`: for
         the QEMU a migration moves the guest to, which waits for it and appends to the
-        channels' files the first one wrote (the user's QMP socket stays the first's)."""
+        channels' files the first one wrote (the user's QMP socket stays the first's), and
+        for a restore (whose channels' files start with the snapshot's)."""
         g = self.guest
         cmdline = g.kernel_cmdline(RESULTS_PORT if g.results else None, KMSG_PORT)
         w = self.rundir
@@ -215,7 +230,7 @@ class Machine:
                      "-device", "isa-serial,chardev=hvres,index=1"]
         args += ["-chardev", f"file,id=hvkmsg,path={w}/kmsg{app}",
                  "-device", "isa-serial,chardev=hvkmsg,index=2"]
-        if self.qmp_socket and not incoming:
+        if self.qmp_socket and (not incoming or not self._moves):
             args += ["-qmp", f"unix:{self.qmp_socket},server=on,wait=off"]
         if incoming:
             args += ["-incoming", "defer"]
@@ -267,16 +282,20 @@ class Machine:
             self._cov_functions = coveragemod.module_functions(self._coverage_module(g, a))
             files[coveragemod.FUNCTIONS] = coveragemod.list_file(self._cov_functions)
         initrd = assetsmod.with_command(a.initrd, g.cmd, os.path.join(self.rundir, "initrd.img"), files)
+        saved = read_snapshot(self.restore, g) if self.restore else None
         for f in ("heartbeat", "kmsg", "results.tar"):
-            open(os.path.join(self.rundir, f), "wb").close()
+            with open(os.path.join(self.rundir, f), "wb") as out:
+                out.write(saved.kmsg if saved and f == "kmsg" else b"")
         os.makedirs(os.path.dirname(os.path.abspath(self.console_log)), exist_ok=True)
         self._console_file = open(self.console_log, "wb")  # pylint: disable=consider-using-with
         self._binary, self._kernel_path, self._initrd_path = binary, a.kernel, initrd
-        vm = _qemu_machine(binary, args=self.qemu_args(a.kernel, initrd), name=self.name,
-                           base_temp_dir=self.rundir, log_dir=self.rundir)
+        vm = _qemu_machine(binary, args=self.qemu_args(a.kernel, initrd, incoming=saved is not None),
+                           name=self.name, base_temp_dir=self.rundir, log_dir=self.rundir)
         vm.set_console()
         self._started = time.monotonic()
         self._vm = self._launched(vm)
+        if saved is not None:
+            self._restored(saved)
 
     def _launched(self, vm: Any) -> Any:
         """vm launched and answering QMP, else BootError with QEMU ended and reaped. Launching
@@ -338,7 +357,7 @@ class Machine:
 
     # --- the threads ----------------------------------------------------------------------
     def _read_console(self, sock: Any) -> None:
-        lines = LineSplitter()
+        lines = self._console_split
         while True:
             ready, _, _ = select.select([sock], [], [], POLL)
             self._hand_on_kmsg()
@@ -693,8 +712,65 @@ class Machine:
         except Exception:  # pylint: disable=broad-except
             old.kill()
         self._earlier_output.append(old.get_log() or "")
+        self._console_split = LineSplitter()
         self._threads[0] = threading.Thread(target=self._read_console, args=(new.console_socket,), daemon=True)
         self._threads[0].start()
+
+    # --- snapshots ---------------------------------------------------------------------------
+    def snapshot(self, folder: str) -> Dict[str, Any]:
+        """Saves the running guest to `folder` and ends this boot there: the VM stops, QEMU
+        writes its RAM and devices' state to FOLDER/state (a migration to a file), QEMU ends,
+        and the folder keeps the console and the kernel's log up to the stop. finish() then
+        gives a result with saved=True. Returns QEMU's query-migrate of the save. Disks stay
+        the caller's: a restoring QEMU opens the disks its Guest names, which must hold what
+        these held at the stop (copy scratch images beside the state)."""
+        if self._vm is None or self._result is not None:
+            raise BootFailed("saving a snapshot", "the machine is not running")
+        os.makedirs(folder, exist_ok=True)
+        self.qmp("stop")
+        info = self._migrated(f"file:{os.path.join(folder, SNAPSHOT_STATE)}")
+        with self._cond:
+            self._saved = True
+        try:
+            self._vm.cmd("quit")   # QEMU may close QMP before it answers
+        except Exception:  # pylint: disable=broad-except
+            pass
+        with self._cond:   # the readers have had everything QEMU sent
+            while not self._exited:
+                self._cond.wait(POLL)
+        shutil.copyfile(self.console_log, os.path.join(folder, SNAPSHOT_CONSOLE))
+        shutil.copyfile(os.path.join(self.rundir, "kmsg"), os.path.join(folder, SNAPSHOT_KMSG))
+        with open(os.path.join(folder, SNAPSHOT_META), "w", encoding="utf-8") as f:
+            json.dump(snapshot_identity(self.guest) | {"saved_after": time.monotonic() - self._started}, f, indent=1)
+        return info
+
+    def _restored(self, saved: "Snapshot") -> None:
+        """The new QEMU loads the snapshot and runs the guest; the console shows first what
+        the saved boot's showed."""
+        assert self.restore is not None
+        self._console_file.write(saved.console)
+        self._console_file.flush()
+        self._console_lines(self._console_split.feed(saved.console), len(saved.console))
+        vm = self._vm
+        try:
+            vm.cmd("migrate-incoming", uri=f"file:{os.path.join(self.restore, SNAPSHOT_STATE)}")
+            # Loaded, the VM is paused as it was saved; a cont while QEMU is still in
+            # "inmigrate" would be overridden by that saved state: wait it out first.
+            while (status := vm.cmd("query-status")["status"]) == "inmigrate":
+                if vm.cmd("query-migrate").get("status") == "failed":
+                    raise BootError("the incoming migration failed")
+                time.sleep(POLL)
+            if status != "paused":
+                raise BootError(f"the loaded VM is {status}, not paused as it was saved")
+            vm.cmd("cont")
+        except BaseException as e:
+            vm.kill()
+            vm.wait(timeout=None)
+            self._console_file.close()
+            if isinstance(e, Exception):
+                raise BootError(f"QEMU could not load the snapshot in {self.restore} ({type(e).__name__}: "
+                                f"{e}):\n{(vm.get_log() or '').rstrip()}") from None
+            raise
 
     # --- the end -------------------------------------------------------------------------------
     def finish(self) -> BootResult:
@@ -743,7 +819,7 @@ class Machine:
         if report is not None:
             return Failure("kernel", f"the guest kernel reported {_a(report.kind)}: {report.lines[0]}",
                            report.lines)
-        if self._console.status is not None or self._hibernated():
+        if self._console.status is not None or self._hibernated() or self._saved:
             return None
         rc = self._vm.exitcode()
         when = "while the guest command ran, without its exit status" if self._console.ready \
@@ -787,7 +863,8 @@ class Machine:
             qemu_exitcode=self._vm.exitcode(), ready_after=ready,
             elapsed=time.monotonic() - self._started, console_log=self.console_log,
             kernel_log_path=self.kernel_log, warnings=list(self._warnings),
-            hibernated=self._console.status is None and self._hibernated())
+            hibernated=self._console.status is None and self._hibernated(),
+            saved=self._saved)
 
     def _coverage(self) -> Optional[Dict[str, int]]:
         """Hits per function of the module (0: it did not run; -1: the kernel refused to
@@ -861,6 +938,45 @@ def extract_results(tar: str, dest: str) -> Set[str]:
         safe: Dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         t.extractall(dest, **safe)
     return {os.path.normpath(m.name) for m in members}
+
+
+SNAPSHOT_STATE, SNAPSHOT_CONSOLE, SNAPSHOT_KMSG, SNAPSHOT_META = "state", "console.log", "kmsg", "snapshot.json"
+
+
+@dataclass
+class Snapshot:
+    """What a restore starts from beside QEMU's state: the saved boot's console and kernel log."""
+    console: bytes
+    kmsg: bytes
+
+
+def snapshot_identity(g: Guest) -> Dict[str, Any]:
+    """What a guest that goes on from a snapshot must share with the one saved: its kernel,
+    CPUs, memory and devices (QEMU refuses other devices too, in fewer words)."""
+    return {"kernel": g.kernel, "vcpus": g.vcpus, "mem": g.mem, "accel": g.accel, "cpu": g.cpu,
+            "controllers": len(g.controllers), "disks": sorted((d.controller, d.lun if d.lun is not None else -1)
+                                                               for d in g.disks)}
+
+
+def read_snapshot(folder: str, g: Guest) -> Snapshot:
+    """The snapshot in `folder`, checked against the guest that goes on from it."""
+    try:
+        with open(os.path.join(folder, SNAPSHOT_META), encoding="utf-8") as f:
+            meta = json.load(f)
+        with open(os.path.join(folder, SNAPSHOT_CONSOLE), "rb") as f:
+            console = f.read()
+        with open(os.path.join(folder, SNAPSHOT_KMSG), "rb") as f:
+            kmsg = f.read()
+        if not os.path.isfile(os.path.join(folder, SNAPSHOT_STATE)):
+            raise OSError(f"no {SNAPSHOT_STATE} in it")
+    except (OSError, ValueError) as e:
+        raise BootError(f"{folder} holds no snapshot: {e}") from None
+    want = snapshot_identity(g)
+    for k, val in want.items():
+        if json.loads(json.dumps(meta.get(k))) != json.loads(json.dumps(val)):
+            raise BootError(f"the snapshot in {folder} was saved from a guest with {k} {meta.get(k)!r}; "
+                            f"this guest has {val!r}")
+    return Snapshot(console, kmsg)
 
 
 def _qemu_machine(binary: str, **kw: Any) -> Any:

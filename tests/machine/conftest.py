@@ -47,7 +47,7 @@ def fake_boot(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBo
     started: List[Machine] = []
 
     def boot(steps: List[Any], on_output: Optional[Callable[[str], None]] = None,
-             results_dir: Optional[str] = None, **fields: Any) -> Machine:
+             results_dir: Optional[str] = None, restore: Optional[str] = None, **fields: Any) -> Machine:
         script = tmp_path / f"script{len(started)}.json"
         script.write_text(json.dumps(steps))
         monkeypatch.setenv("HVSTOR_FAKE_QEMU_SCRIPT", str(script))
@@ -55,7 +55,7 @@ def fake_boot(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBo
         g = Guest(kernel=str(kernel), controllers=[], **fields)
         work = tmp_path / f"boot{len(started)}"
         work.mkdir()
-        m = Machine(g, str(work), on_output=on_output, results_dir=results_dir,
+        m = Machine(g, str(work), on_output=on_output, results_dir=results_dir, restore=restore,
                     assets=Assets(str(kernel), str(initrd), "6.12-fake"))
         m.start()
         started.append(m)

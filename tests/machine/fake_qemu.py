@@ -31,8 +31,9 @@ Steps that may lead the list, before QMP's greeting:
     ["mute-qmp-on", COMMAND]   from COMMAND on, no QMP command is answered
 The steps start once the QMP client has negotiated capabilities and asked query-status (as
 the machine layer does once QEMU is up: a boot is never faster), unless the list starts
-with ["no-qmp"]. Every QMP command is answered {"return": {}} (query-status: running), and appended as a
-JSON line to $HVSTOR_FAKE_QEMU_LOG when it is set. A step list that ends without "exit"
+with ["no-qmp"]. Every QMP command is answered {"return": {}} (query-status: running, or paused from a stop
+or a migrate-incoming to the next cont; query-migrate:
+completed; a migrate to file:PATH writes PATH), and appended as a JSON line to $HVSTOR_FAKE_QEMU_LOG when it is set. A step list that ends without "exit"
 exits 0.
 """
 
@@ -67,6 +68,7 @@ class Fake:
         self.drop_on: Optional[str] = None
         self.mute_on: Optional[str] = None
         self.muted = False
+        self.run_state = "running"
 
     def _sock(self, cid: str) -> Optional[socket.socket]:
         c = self.chardevs.get(cid)
@@ -106,7 +108,14 @@ class Fake:
         if log:
             with open(log, "a", encoding="utf-8") as f:
                 f.write(json.dumps(msg) + "\n")
-        ret: Any = {"status": "running", "running": True} if cmd == "query-status" else {}
+        self.run_state = {"stop": "paused", "migrate-incoming": "paused", "cont": "running"}.get(cmd, self.run_state)
+        ret: Any = {"status": self.run_state, "running": self.run_state == "running"} if cmd == "query-status" else {}
+        if cmd == "query-migrate":
+            ret = {"status": "completed", "total-time": 1}
+        uri = str(msg.get("arguments", {}).get("uri", ""))
+        if cmd == "migrate" and uri.startswith("file:"):
+            with open(uri[len("file:"):], "wb") as f:
+                f.write(b"fake state")
         reply: Dict[str, Any] = {"return": ret}
         if "id" in msg:
             reply["id"] = msg["id"]
