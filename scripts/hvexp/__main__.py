@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--jobs", type=_posint, default=1, help="boot up to N runs at once (default 1)")
     r.add_argument("--trace", action="store_true",
                    help="per-IO latency attribution: trace every I/O in the guest and the host (as trace = on)")
+    r.add_argument("--snapshot", choices=("on", "off"),
+                   help="as snapshot = on|off: each variant boots once, up to its disks being ready, and every "
+                        "repetition goes on from a snapshot of that moment")
     r.add_argument("--kernel", help="every variant boots this kernel (debian-6.1, debian-6.12, or a bzImage "
                                     "with --modules)")
     r.add_argument("--modules", help="with --kernel PATH: its lib/modules/<version> tree")

@@ -168,7 +168,8 @@ class Plan:
 
     def __init__(self, spec: Spec, reps: int | None = None, runtime: int | None = None, only: list[str] | None = None,
                  build_module: BuildModule | None = None, modinfo: ModInfo | None = None,
-                 trace: bool | None = None, overrides: dict[str, str] | None = None) -> None:
+                 trace: bool | None = None, overrides: dict[str, str] | None = None,
+                 snapshot: bool | None = None) -> None:
         self.spec = spec
         # Values given on the command line for every variant (--kernel, --patch).
         self.overrides = dict(overrides or {})
@@ -195,6 +196,12 @@ class Plan:
         if t not in ("on", "off"):
             raise spec.error(ex.lines["trace"], f"trace is on or off, got '{t}'")
         self.trace = trace if trace is not None else t == "on"
+        s = ex.get("snapshot", "off")
+        if s not in ("on", "off"):
+            raise spec.error(ex.lines["snapshot"], f"snapshot is on or off, got '{s}'")
+        # Each variant boots once, up to its disks being ready, and every repetition goes on
+        # from a snapshot of that moment (hvexp/runner.py).
+        self.snapshot = snapshot if snapshot is not None else s == "on"
         # Per-CPU trace buffer in the guest: about 60 bytes per event, 7 events per I/O.
         self.trace_kb = TRACE_KB if self.trace else 0
         try:
@@ -712,7 +719,7 @@ class Plan:
         fields = {"DEVICE": var.device, "LUNS": " ".join(map(str, luns)), "ALL_LUNS": " ".join(map(str, all_luns)),
                   "TUNABLES": var.tunables, "TRACE_KB": str(self.trace_kb), "JOB": self.job.rstrip("\n"),
                   "TIMELINE": timelinemod.guest_script(var.timeline).rstrip("\n"),
-                  "HOST_EVENTS": "1" if host_events else "0"}
+                  "HOST_EVENTS": "1" if host_events else "0", "SNAPSHOT": "1" if self.snapshot else "0"}
 
         for k, x in fields.items():
             text = text.replace(f"@@{k}@@", x)

@@ -73,6 +73,9 @@ class RunStatus(TypedDict, total=False):
     why: str
     seconds: float
     rc: int
+    start: str              # boot, or snapshot: the run went on from its variant's snapshot
+    first_io: float | None  # seconds from the run's start to fio's start
+    snapshot_boot: float | None  # snapshot: seconds the variant's one boot took to its snapshot point
 
 
 class ReportError(Exception):
@@ -316,6 +319,25 @@ class Report:
                 L.append(f"    {v:<{self.w}} " + ", ".join(cells))
         return L
 
+    def first_io_text(self) -> list[str]:
+        """Per variant, the median time from a run's start to fio's start: booted, or gone on
+        from a snapshot (then with the one boot that made it)."""
+        L = []
+        for v in self.variants:
+            sts = [st for vv, _, st in self.runs if vv == v and st and st.get("status") == "ok"]
+            cells = []
+            for start, what in (("boot", "boot"), ("snapshot", "from its snapshot")):
+                vals = [float(x) for st in sts if st.get("start", "boot") == start
+                        for x in [st.get("first_io")] if x is not None]
+                if vals:
+                    cells.append(f"{what} {median(vals):.1f} s ({len(vals)} run{'s' if len(vals) > 1 else ''})")
+            boots = [float(x) for st in sts for x in [st.get("snapshot_boot")] if x is not None]
+            if boots:
+                cells.append(f"the boot its snapshot was saved from {boots[0]:.1f} s")
+            if cells:
+                L.append(f"  {v:<{self.w}} " + "; ".join(cells))
+        return ["", "Boot to first I/O (seconds from a run's start to fio's start, median):"] + L if L else []
+
     def fio_clat(self, v: str, d: str, metric: str = "lat") -> float | None:
         """fio's mean completion latency (metric "lat"; "tlat": submission and completion) of
         a direction over its jobs, weighted by I/O, ms."""
@@ -472,6 +494,7 @@ class Report:
         if pubs:
             L += ["", f"Published against measured (ratio to {self.baseline}):"] + pubs
         L += self.medians_text()
+        L += self.first_io_text()
         L += self.attribution_text()
         L += self.timeline_text() + self.coverage_text() + self.lines_text() + self.kernel_log_text()
         L += self.expectations_text()
@@ -638,7 +661,9 @@ class Report:
             "variants": [{"name": v, "summary": self.vinfo[v]["summary"], "device": self.vinfo[v]["device"],
                           "guest": self.facts.get(v, ""), "runs_ok": fig.runs.get(v, 0)} for v in self.variants],
             "runs": [{"variant": v, "rep": r, "status": (st or {}).get("status", "not run"),
-                      "why": (st or {}).get("why", ""), "seconds": (st or {}).get("seconds")} for v, r, st in self.runs],
+                      "why": (st or {}).get("why", ""), "seconds": (st or {}).get("seconds"),
+                      "start": (st or {}).get("start", "boot"), "first_io": (st or {}).get("first_io"),
+                      "snapshot_boot": (st or {}).get("snapshot_boot")} for v, r, st in self.runs],
             "figures": figures,
             "attribution": {v: a.as_json() for v, a in self.attribution.items()},
             "timeline": {v: {str(r): ev for r, ev in reps.items()} for v, reps in self.timelines().items()},

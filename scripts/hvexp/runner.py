@@ -1,10 +1,16 @@
 """Runs an experiment: every variant x repetition in its own guest (the machine layer,
-scripts/hvmachine), checks that each guest ran what its variant asked for, then the report."""
+scripts/hvmachine), checks that each guest ran what its variant asked for, then the report.
+
+With snapshot = on each variant boots once, up to the moment its disks are ready, and is
+saved there (runs/<variant>/snapshot/); every repetition then goes on from that snapshot in
+a QEMU of its own, on copies of the scratch images as they were at the save. Each run says
+how long it took from its start to fio's start (boot to first I/O)."""
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import datetime
 import json
 import os
@@ -32,8 +38,10 @@ from . import verdicts
 from .params import param_matches
 from .plan import ROOT
 from .results import Row
+from .timeline import FIO_START
 
 EXIT_OK, EXIT_EXPECT, EXIT_USAGE, EXIT_RUN = 0, 1, 2, 3
+SNAPSHOT_POINT = "HVSTOR-SNAPSHOT-POINT"   # guest-scripts/experiment.sh.in
 
 
 def log(msg: str) -> None:
@@ -189,7 +197,8 @@ def _check_params(var: planmod.Variant, h: dict[str, str]) -> Optional[str]:
 def failure_text(v: str, rep: int, run_dir: str, why: str) -> str:
     """What a person needs of a failed run: the reason, then what the machine layer saw
     (boot.txt: QEMU's output, the kernel's report, the console's end), the guest header."""
-    out = ["", f"[hvstor] error: {v}, repetition {rep}: {why}"]
+    which = f"repetition {rep}" if rep else "the boot its repetitions go on from (snapshot = on)"
+    out = ["", f"[hvstor] error: {v}, {which}: {why}"]
     for name, title in (("boot.txt", "the boot"), ("output.log", "the guest command's last lines")):
         path = os.path.join(run_dir, name)
         if not os.path.isfile(path):
@@ -214,41 +223,128 @@ class RunStatus:
     why: str
     seconds: float
     rc: int
+    start: str = "boot"          # boot, or snapshot: the run went on from its variant's snapshot
+    first_io: Optional[float] = None   # seconds from the run's start to fio's start
+    snapshot_boot: Optional[float] = None  # snapshot: seconds the variant's one boot took to its snapshot point
 
     def as_json(self) -> dict[str, Any]:
-        return {"status": self.status, "why": self.why, "seconds": self.seconds, "rc": self.rc}
+        return {"status": self.status, "why": self.why, "seconds": self.seconds, "rc": self.rc,
+                "start": self.start, "first_io": self.first_io, "snapshot_boot": self.snapshot_boot}
 
 
-def boot_run(plan: planmod.Plan, v: str, run_dir: str, qemu: str) -> tuple[Optional[BootResult], str]:
-    """Boots one run of variant v; its files in run_dir. (result, why it failed to boot)."""
+@dataclass
+class Booted:
+    """How one run's boot went: its result (None: it did not start), why it failed to start,
+    and the seconds from its start to fio's start (None: fio did not start)."""
+    result: Optional[BootResult]
+    why: str = ""
+    first_io: Optional[float] = None
+
+
+def boot_run(plan: planmod.Plan, v: str, run_dir: str, qemu: str, snap: Optional[str] = None) -> Booted:
+    """Boots one run of variant v, or goes on from its snapshot in `snap`; its files in run_dir."""
     var = plan.variants[v]
-    for i, size in var.hw.scratch.items():
-        with open(os.path.join(run_dir, f"disk{i}.img"), "wb") as img:
-            img.truncate(size)
     load = [subprocess.Popen(["nice", "-n", "19", "sh", "-c", "while :; do :; done"])  # pylint: disable=consider-using-with
             for _ in range(var.host_load)]
     try:
+        _scratch_images(var, run_dir, snap)
         with open(os.path.join(run_dir, "output.log"), "w", encoding="utf-8") as out:
+            t0 = time.monotonic()
             m = Machine(plan.guest(v, run_dir), run_dir, qemu=qemu, name=f"{v}-rep",
                         console_log=os.path.join(run_dir, "console.log"),
-                        results_dir=os.path.join(run_dir, "results"),
+                        results_dir=os.path.join(run_dir, "results"), restore=snap,
                         on_output=lambda line: print(line, file=out, flush=True))
             with m:
+                if snap:
+                    m.console_input("go\n")   # the guest waits at its snapshot point
+                first_io = _first_io(m, t0)
                 done = _drive_timeline(m, plan, v)
                 r = m.finish()
             _save(run_dir, "timeline.json", [d.as_json() for d in done] if done else None)
             _save(run_dir, "coverage.json", r.coverage)
             _save(run_dir, "lines.json", verdicts.Lines("storvsc_drv.c", r.lines, var.changed).as_json()
                   if r.lines is not None else None)
-            return r, ""
-    except (BootError, AssetError, QemuError, GuestError, CoverageError) as e:
-        return None, str(e)
+            return Booted(r, "", first_io)
+    except (BootError, AssetError, QemuError, GuestError, CoverageError, RunnerError) as e:
+        return Booted(None, str(e))
     finally:
         for p in load:
             p.kill()
             p.wait()
         for i in var.hw.scratch:
-            os.unlink(os.path.join(run_dir, f"disk{i}.img"))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(run_dir, f"disk{i}.img"))
+
+
+def _scratch_images(var: planmod.Variant, run_dir: str, snap: Optional[str]) -> None:
+    """The run's scratch images: empty ones of the disks' sizes, or copies of those its
+    snapshot saved (sparse: only what the guest wrote before the save takes room)."""
+    for i, size in var.hw.scratch.items():
+        img = os.path.join(run_dir, f"disk{i}.img")
+        if snap:
+            r = subprocess.run(["cp", "--sparse=always", os.path.join(snap, f"disk{i}.img"), img],
+                               capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise RunnerError(f"copying the snapshot's scratch image of disk {i}: {r.stderr.strip()}")
+        else:
+            with open(img, "wb") as f:
+                f.truncate(size)
+
+
+def _first_io(m: Machine, t0: float) -> Optional[float]:
+    """Seconds from t0 to the guest's word that fio starts; None when the boot ended before."""
+    try:
+        m.wait_console(FIO_START)
+    except BootFailed:
+        return None
+    return time.monotonic() - t0
+
+
+# --- the snapshot a variant's runs go on from (snapshot = on) --------------------------
+def snapshot_dir(out: str, v: str) -> str:
+    return os.path.join(out, "runs", v, "snapshot")
+
+
+def take_snapshot(plan: planmod.Plan, v: str, out: str, qemu: str) -> tuple[Optional[float], str]:
+    """Boots variant v once up to its snapshot point and saves it, with its scratch images,
+    in snapshot_dir(); (seconds from the start to the snapshot point, why it failed)."""
+    folder = snapshot_dir(out, v)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    ok, took, failed = False, 0.0, ""
+    try:
+        _scratch_images(plan.variants[v], folder, None)
+        with open(os.path.join(folder, "output.log"), "w", encoding="utf-8") as o:
+            t0 = time.monotonic()
+            m = Machine(plan.guest(v, folder), folder, qemu=qemu, name=f"{v}-snapshot",
+                        console_log=os.path.join(folder, "boot-console.log"),
+                        on_output=lambda line: print(line, file=o, flush=True))
+            with m:
+                try:
+                    m.wait_console(SNAPSHOT_POINT)
+                    took = time.monotonic() - t0
+                    m.snapshot(folder)
+                except BootFailed as e:
+                    failed = str(e)
+                r = m.finish()
+        with open(os.path.join(folder, "boot.txt"), "w", encoding="utf-8") as f:
+            f.write(r.describe() + "\n")
+        if failed or not r.ok:
+            return None, r.failure.message if r.failure else failed or "the boot did not end in a snapshot"
+        ok = True
+        return took, ""
+    except (BootError, AssetError, QemuError, GuestError, CoverageError, OSError) as e:
+        return None, str(e)
+    finally:
+        if not ok:
+            discard_snapshot(folder)
+
+
+def discard_snapshot(folder: str) -> None:
+    """Frees what a snapshot holds beside its logs: QEMU's state and the scratch images."""
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        if name == "state" or re.fullmatch(r"disk[0-9]+\.img", name):
+            os.unlink(os.path.join(folder, name))
 
 
 def _drive_timeline(m: Machine, plan: planmod.Plan, v: str) -> list[timelinemod.Done]:
@@ -270,14 +366,16 @@ def _save(run_dir: str, name: str, data: object) -> None:
             json.dump(data, f, indent=1)
 
 
-def run_one(plan: planmod.Plan, v: str, rep: int, out: str,
-            qemu: str) -> tuple[dict[str, Any], Optional[list[Row]], str]:
+def run_one(plan: planmod.Plan, v: str, rep: int, out: str, qemu: str,
+            snap_boot: Optional[float] = None) -> tuple[dict[str, Any], Optional[list[Row]], str]:
+    """One run; snap_boot (the seconds its variant's snapshot took): it goes on from that snapshot."""
     var = plan.variants[v]
     run_dir = os.path.join(out, "runs", v, f"rep{rep}")
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     t0 = time.monotonic()
-    r, why = boot_run(plan, v, run_dir, qemu)
+    booted = boot_run(plan, v, run_dir, qemu, snapshot_dir(out, v) if snap_boot is not None else None)
+    r, why = booted.result, booted.why
     res = os.path.join(run_dir, "results")
     rc = 125 if r is None else r.exit_code
     if r is not None:
@@ -292,7 +390,8 @@ def run_one(plan: planmod.Plan, v: str, rep: int, out: str,
             rows = reportmod.load_run_dir(run_dir)
         except reportmod.ResultError as e:
             why = str(e)
-    status = RunStatus("failed" if why else "ok", why, time.monotonic() - t0, rc)
+    status = RunStatus("failed" if why else "ok", why, time.monotonic() - t0, rc,
+                       "snapshot" if snap_boot is not None else "boot", booted.first_io, snap_boot)
     with open(os.path.join(run_dir, "run.json"), "w", encoding="utf-8") as f:
         json.dump(status.as_json(), f)
     return status.as_json(), rows, run_dir
@@ -339,6 +438,11 @@ def execute(plan: planmod.Plan, out: str, qemu: str, jobs: int,
     if runs is None:
         runs = shardmod.plan_runs(plan.order, plan.reps)
     order = [(rep, v) for v, rep in runs]
+    snaps: dict[str, float] = {}
+    if plan.snapshot:
+        failure = _take_snapshots(plan, [v for v in plan.order if any(x == v for x, _ in runs)], out, qemu, snaps)
+        if failure:
+            return failure
     lock = threading.Lock()
     state = _Progress(len(order), time.monotonic())
 
@@ -350,15 +454,17 @@ def execute(plan: planmod.Plan, out: str, qemu: str, jobs: int,
             if state.done:
                 per = (time.monotonic() - state.started) / state.done
                 eta = f", about {per * (state.total - state.done) / jobs:.0f}s left"
-        log(f"[{k}/{state.total}] {v}, repetition {rep}/{plan.reps}: booting{eta}")
-        status, rows, run_dir = run_one(plan, v, rep, out, qemu)
+        how = "going on from its snapshot" if v in snaps else "booting"
+        log(f"[{k}/{state.total}] {v}, repetition {rep}/{plan.reps}: {how}{eta}")
+        status, rows, run_dir = run_one(plan, v, rep, out, qemu, snaps.get(v))
         with lock:
             state.done += 1
             if status["status"] != "ok" or rows is None:
                 if not state.failure:
                     state.failure = failure_text(v, rep, run_dir, status["why"])
                 return
-        log(f"[{k}/{state.total}] {v}, repetition {rep}: {status['seconds']:.0f}s, hw queues {hw_queues(run_dir)}: "
+        first = f", first I/O after {status['first_io']:.1f}s" if status.get("first_io") is not None else ""
+        log(f"[{k}/{state.total}] {v}, repetition {rep}: {status['seconds']:.0f}s{first}, hw queues {hw_queues(run_dir)}: "
             f"{figures_line(rows, plan.variants[v].scale)}")
 
     if jobs <= 1:
@@ -383,6 +489,29 @@ def execute(plan: planmod.Plan, out: str, qemu: str, jobs: int,
     return state.failure
 
 
+def _take_snapshots(plan: planmod.Plan, variants: list[str], out: str, qemu: str,
+                    snaps: dict[str, float]) -> Optional[str]:
+    """Each variant's one boot, saved at its snapshot point (one at a time: the figure of
+    each is its boot's own); snaps gets the seconds each took. The first failure's text."""
+    for v in variants:
+        log(f"{v}: booting once, up to its disks being ready, for the snapshot its repetitions go on from")
+        took, why = take_snapshot(plan, v, out, qemu)
+        if took is None:
+            return failure_text(v, 0, snapshot_dir(out, v), why)
+        snaps[v] = took
+        try:
+            size = f" ({os.path.getsize(os.path.join(snapshot_dir(out, v), 'state')) / 2 ** 20:.0f} MiB of state)"
+        except OSError:
+            size = ""
+        log(f"{v}: saved after {took:.1f}s{size}")
+    return None
+
+
+def discard_snapshots(plan: planmod.Plan, out: str) -> None:
+    for v in plan.order:
+        discard_snapshot(snapshot_dir(out, v))
+
+
 def plan_json(plan: planmod.Plan) -> dict[str, Any]:
     vms = sorted({f"{os.path.basename(x.kernel)}, {x.vcpus} vCPUs, {x.mem}" for x in plan.variants.values()})
     return {
@@ -390,6 +519,7 @@ def plan_json(plan: planmod.Plan) -> dict[str, Any]:
         "description": plan.spec.experiment.get("description", ""),
         "scale": plan.eff_scale, "scale_note": plan.scale_note, "reps": plan.reps,
         "fio_seconds": plan.fio_seconds, "log_avg": plan.log_avg, "vm": "/".join(vms), "trace": plan.trace,
+        "snapshot": plan.snapshot,
         "baseline": plan.baseline,
         "all_variants": list(plan.spec.variants),
         "variants": [{"name": v, "summary": x.summary, "device": x.device, "kernel": x.kernel,
@@ -431,7 +561,7 @@ def run(args: argparse.Namespace) -> int:
     plan = planmod.Plan(spec, reps=args.reps, runtime=args.runtime, only=only,
                         build_module=None if args.dry_run else build_module,
                         modinfo=None if args.dry_run else modinfo, trace=True if args.trace else None,
-                        overrides=overrides(args))
+                        overrides=overrides(args), snapshot=_on_off(getattr(args, "snapshot", None)))
     shard: Optional[shardmod.Shard] = getattr(args, "shard", None)
     runs = shardmod.plan_runs(plan.order, plan.reps)
     mine = shardmod.shard_runs(plan.order, plan.reps, shard) if shard else runs
@@ -456,13 +586,19 @@ def run(args: argparse.Namespace) -> int:
     with open(os.path.join(out, "plan.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     what = f"{len(plan.order)} variants x {plan.reps} repetitions = {len(runs)} boots"
+    if plan.snapshot:
+        what = (f"{len(plan.order)} variants x {plan.reps} repetitions = {len(runs)} runs, each going on from its "
+                "variant's snapshot (one boot per variant)")
     if shard:
         what = (f"shard {shard.index} of {shard.count}: {len(mine)} of the {len(runs)} boots "
                 f"({len(plan.order)} variants x {plan.reps} repetitions)")
     log(f"experiment {plan.name}: {what}, about {plan.fio_seconds}s of fio each"
         f"{f', {args.jobs} at a time' if args.jobs > 1 else ''}; results in {out}")
     started = time.monotonic()
-    failure = execute(plan, out, qemu, args.jobs, mine)
+    try:
+        failure = execute(plan, out, qemu, args.jobs, mine)
+    finally:
+        discard_snapshots(plan, out)
     rep = reportmod.Report(out)
     text = rep.write(log)
     if failure:
@@ -471,6 +607,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_RUN
     print(text, end="")
     return verdict(rep, f"experiment {plan.name} done in {time.monotonic() - started:.0f}s: {out}")
+
+
+def _on_off(x: Optional[str]) -> Optional[bool]:
+    return None if x is None else x == "on"
 
 
 def _warn_jobs(plan: planmod.Plan, jobs: int) -> None:
@@ -489,6 +629,7 @@ def plan_identity(plan: planmod.Plan, args: argparse.Namespace, spec_text: str) 
     kernel, patch = getattr(args, "kernel", None), getattr(args, "patch", None)
     options: dict[str, object] = {
         "reps": plan.reps, "runtime": args.runtime, "variants": list(plan.order), "trace": plan.trace,
+        "snapshot": plan.snapshot,
         "kernel": kernel, "kernel_sha256": shardmod.file_digest(kernel),
         "modules": getattr(args, "modules", None), "patch": patch, "patch_sha256": shardmod.file_digest(patch)}
     version = shardmod.project_version()

@@ -13,7 +13,7 @@ from typing import overload
 EXPERIMENT_KEYS = frozenset("""
     description kernel modules kdir storvsc-source vcpus mem repetitions time-scale timeout log-avg-msec
     fio vm-perf storvsc patch ko params append tunables perf baseline expect device
-    scsi-debug trace virtio-scsi host-load timeline coverage""".split())
+    scsi-debug trace virtio-scsi host-load timeline coverage snapshot""".split())
 VARIANT_KEYS = frozenset("""
     description kernel modules kdir storvsc-source vcpus mem patch ko params append tunables perf vm-perf
     published published-ratio expect device scsi-debug virtio-scsi host-load storvsc timeline coverage""".split())

@@ -216,3 +216,19 @@ def test_shipped_specs_plan_and_name_their_kernel() -> None:
         s = spec.load(f)
         assert all(s.value(v, "kernel") in plan.DEBIAN_KERNELS for v in s.variants), f
         plan.Plan(s)
+
+
+def test_snapshot_stops_the_guest_once_before_fio() -> None:
+    """snapshot = on: the guest script says where it may be saved and waits there for the
+    host's line, after its header and before fio; the command line's choice wins."""
+    off = make(spec_text())
+    assert off.snapshot is False and 'if [ 0 = 1 ]; then\n  echo "HVSTOR-SNAPSHOT-POINT"' in off.guest_script("stock")
+    on = make(spec_text(exp_extra="snapshot = on"))
+    g = on.guest_script("stock")
+    assert on.snapshot is True
+    point = g.index('if [ 1 = 1 ]; then\n  echo "HVSTOR-SNAPSHOT-POINT"')
+    assert g.index('} > "$R/header"') < point < g.index('echo "HVSTOR-FIO-START"')
+    assert g[point:].splitlines()[2].strip() == "read -r _ < /dev/ttyS0"
+    assert make(spec_text(exp_extra="snapshot = on"), snapshot=False).snapshot is False
+    with pytest.raises(spec.SpecError, match="snapshot is on or off, got 'yes'"):
+        make(spec_text(exp_extra="snapshot = yes"))

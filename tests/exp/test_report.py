@@ -2,6 +2,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,3 +156,32 @@ def test_odd_characters_in_the_results_path(results_dir: MakeResults, tmp_path: 
     shutil.copytree(d, odd)
     text = report.Report(odd).write(lambda m: None)
     assert "\nwal (write)\n" in text
+
+
+def test_boot_to_first_io(results_dir: MakeResults) -> None:
+    """The median time to fio's start per variant, booted or gone on from a snapshot (with
+    the one boot that made it); a run that did not say stays out."""
+    d = results_dir(figures(), spec_text())
+    times: dict[str, list[tuple[float | None, str, float | None]]] = {
+        "stock": [(21.0, "boot", None), (25.0, "boot", None), (None, "boot", None)],
+        "shared": [(2.5, "snapshot", 30.0), (1.5, "snapshot", 30.0), (2.0, "snapshot", 30.0)]}
+    for v, runs in times.items():
+        for r, (first, start, snap) in enumerate(runs, 1):
+            p = Path(d) / "runs" / v / f"rep{r}" / "run.json"
+            st = json.loads(p.read_text())
+            st.update(first_io=first, start=start, snapshot_boot=snap)
+            p.write_text(json.dumps(st))
+    rep = report.Report(d)
+    text = rep.text()
+    assert "Boot to first I/O (seconds from a run's start to fio's start, median):" in text
+    assert re.search(r"^  stock +boot 23\.0 s \(2 runs\)$", text, re.M), text
+    assert re.search(r"^  shared +from its snapshot 2\.0 s \(3 runs\); the boot its snapshot was saved from 30\.0 s$",
+                     text, re.M), text
+    summary: Any = rep.summary()
+    by_run = {(x["variant"], x["rep"]): x for x in summary["runs"]}
+    assert by_run[("shared", 2)]["start"] == "snapshot" and by_run[("shared", 2)]["first_io"] == 1.5
+    assert by_run[("stock", 1)]["snapshot_boot"] is None
+
+
+def test_no_first_io_section_without_the_figure(results_dir: MakeResults) -> None:
+    assert "Boot to first I/O" not in report.Report(results_dir(figures(), spec_text())).text()

@@ -18,9 +18,10 @@ def fake_runs(monkeypatch: pytest.MonkeyPatch, fail_at: tuple[int, str] | None =
     seen: list[tuple[int, str]] = []
     lock, state = threading.Lock(), {"now": 0, "max": 0}
 
-    def run_one(p: plan.Plan, v: str, rep: int, out: str, qemu: str) -> tuple[dict[str, Any], list[Any] | None, str]:
+    def run_one(p: plan.Plan, v: str, rep: int, out: str, qemu: str,
+                snap_boot: float | None = None) -> tuple[dict[str, Any], list[Any] | None, str]:
         with lock:
-            seen.append((rep, v))
+            seen.append((rep, v) if snap_boot is None else (rep, v, snap_boot))  # type: ignore[arg-type]
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
         time.sleep(delay)
@@ -56,6 +57,65 @@ def test_a_failure_stops_further_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     failure = runner.execute(make_plan(), "/out", "qemu", 1)
     assert failure is not None and "shared, repetition 1: boom" in failure
     assert seen == [(1, "stock"), (1, "shared")]
+
+
+def fake_snapshots(monkeypatch: pytest.MonkeyPatch, fail: str = "") -> list[str]:
+    taken: list[str] = []
+
+    def take(p: plan.Plan, v: str, out: str, qemu: str) -> tuple[float | None, str]:
+        taken.append(v)
+        return (None, "no snapshot point") if v == fail else (10.0 + len(taken), "")
+
+    monkeypatch.setattr(runner, "take_snapshot", take)
+    return taken
+
+
+def snapshot_plan(reps: int = 2) -> plan.Plan:
+    return plan.Plan(spec.parse(spec_text(), "/nowhere/x.exp"), reps=reps, snapshot=True)
+
+
+def test_each_variant_is_saved_once_and_its_runs_go_on_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, _ = fake_runs(monkeypatch)
+    taken = fake_snapshots(monkeypatch)
+    assert runner.execute(snapshot_plan(), "/out", "qemu", 1) is None
+    assert taken == ["stock", "shared"]
+    # Every run is told how long its variant's one boot took: it goes on from that snapshot.
+    assert seen == [(1, "stock", 11.0), (1, "shared", 12.0), (2, "stock", 11.0), (2, "shared", 12.0)]
+
+
+def test_a_shard_saves_only_the_variants_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, _ = fake_runs(monkeypatch)
+    taken = fake_snapshots(monkeypatch)
+    assert runner.execute(snapshot_plan(), "/out", "qemu", 1, [("shared", 1), ("shared", 2)]) is None
+    assert taken == ["shared"] and seen == [(1, "shared", 11.0), (2, "shared", 11.0)]
+
+
+def test_a_snapshot_that_fails_stops_the_experiment_before_its_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, _ = fake_runs(monkeypatch)
+    taken = fake_snapshots(monkeypatch, fail="shared")
+    failure = runner.execute(snapshot_plan(), "/out", "qemu", 1)
+    assert failure is not None and "shared, repetition 0: no snapshot point" in failure
+    assert taken == ["stock", "shared"] and not seen
+
+
+def test_without_snapshots_nothing_is_saved(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, _ = fake_runs(monkeypatch)
+    taken = fake_snapshots(monkeypatch)
+    assert runner.execute(make_plan(reps=1), "/out", "qemu", 1) is None
+    assert not taken and seen == [(1, "stock"), (1, "shared")]
+
+
+def test_the_snapshot_boot_is_named_in_its_failure(tmp_path: Path) -> None:
+    text = runner.failure_text("stock", 0, str(tmp_path), "no snapshot point")
+    assert "stock, the boot its repetitions go on from (snapshot = on): no snapshot point" in text
+
+
+def test_discarding_a_snapshot_keeps_its_logs(tmp_path: Path) -> None:
+    for name in ("state", "disk0.img", "disk12.img", "console.log", "boot.txt", "snapshot.json"):
+        (tmp_path / name).write_text("x")
+    runner.discard_snapshot(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["boot.txt", "console.log", "snapshot.json"]
+    runner.discard_snapshot(str(tmp_path / "gone"))     # no folder: nothing to do
 
 
 def check(tmp_path: Path, var: plan.Variant, header: str, fio: bool = True) -> Any:

@@ -174,7 +174,8 @@ def fake_boots(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     booted: list[tuple[str, int]] = []
     base = {"stock": figures()["stock"], "shared": figures()["shared"]}
 
-    def run_one(p: planmod.Plan, v: str, rep: int, out: str, qemu: str) -> tuple[dict[str, Any], Any, str]:
+    def run_one(p: planmod.Plan, v: str, rep: int, out: str, qemu: str,
+                snap_boot: float | None = None) -> tuple[dict[str, Any], Any, str]:
         booted.append((v, rep))
         run_dir = Path(out, "runs", v, f"rep{rep}")
         (run_dir / "results").mkdir(parents=True)
@@ -187,6 +188,7 @@ def fake_boots(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         return st, report.load_run_dir(str(run_dir)), str(run_dir)
 
     monkeypatch.setattr(runner, "run_one", run_one)
+    monkeypatch.setattr(runner, "take_snapshot", lambda p, v, out, qemu: (20.0, ""))
     monkeypatch.setattr(runner, "find_qemu", lambda: "qemu")
     monkeypatch.setattr(runner, "hw_queues", lambda d: "2")
     monkeypatch.setattr(runner, "log", lambda m: None)
@@ -224,7 +226,7 @@ def test_options_that_change_the_plan_change_its_fingerprint(tmp_path: Path, mon
     spec.write_text(EXPECT_PASS.replace("patch = none\n", ""))
     prints: dict[str, str] = {}
     options: list[list[str]] = [[], ["--reps", "2"], ["--runtime", "3"], ["--variants", "shared,stock"], ["--trace"],
-                                ["--kernel", "debian-6.1"], ["--reps", "3", "--jobs", "2"]]
+                                ["--kernel", "debian-6.1"], ["--snapshot", "on"], ["--reps", "3", "--jobs", "2"]]
     for opts in options:
         out = tmp_path / f"o{len(prints)}"
         cli.main(["run", str(spec), "--out", str(out), "--shard", "1/2", *opts])
