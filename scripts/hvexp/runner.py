@@ -318,6 +318,7 @@ def take_snapshot(plan: planmod.Plan, v: str, out: str, qemu: str) -> tuple[Opti
             t0 = time.monotonic()
             m = Machine(plan.guest(v, folder), folder, qemu=qemu, name=f"{v}-snapshot",
                         console_log=os.path.join(folder, "boot-console.log"),
+                        results_dir=os.path.join(folder, "results"),
                         on_output=lambda line: print(line, file=o, flush=True))
             with m:
                 try:
@@ -330,7 +331,9 @@ def take_snapshot(plan: planmod.Plan, v: str, out: str, qemu: str) -> tuple[Opti
         with open(os.path.join(folder, "boot.txt"), "w", encoding="utf-8") as f:
             f.write(r.describe() + "\n")
         if failed or not r.ok:
-            return None, r.failure.message if r.failure else failed or "the boot did not end in a snapshot"
+            # The boot's end (with the guest command's reason), else why the wait or save failed.
+            why = None if r.ok else _why_failed(r, os.path.join(folder, "results"))
+            return None, why or failed or "the boot did not end in a snapshot"
         ok = True
         return took, ""
     except (BootError, AssetError, QemuError, GuestError, CoverageError, OSError) as e:
@@ -590,8 +593,9 @@ def run(args: argparse.Namespace) -> int:
         what = (f"{len(plan.order)} variants x {plan.reps} repetitions = {len(runs)} runs, each going on from its "
                 "variant's snapshot (one boot per variant)")
     if shard:
-        what = (f"shard {shard.index} of {shard.count}: {len(mine)} of the {len(runs)} boots "
-                f"({len(plan.order)} variants x {plan.reps} repetitions)")
+        what = (f"shard {shard.index} of {shard.count}: {len(mine)} of the {len(runs)} runs "
+                f"({len(plan.order)} variants x {plan.reps} repetitions"
+                f"{'; each variant this shard runs boots once, for its snapshot' if plan.snapshot else ''})")
     log(f"experiment {plan.name}: {what}, about {plan.fio_seconds}s of fio each"
         f"{f', {args.jobs} at a time' if args.jobs > 1 else ''}; results in {out}")
     started = time.monotonic()

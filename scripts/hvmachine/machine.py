@@ -24,6 +24,7 @@ same devices (as many times as wanted): its logs start with what the saved boot 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -633,7 +634,13 @@ class Machine:
         waiting with `read line < /dev/ttyS0` goes on."""
         if self._vm is None:
             raise BootFailed("console input", "the machine is not running")
-        self._vm.console_socket.sendall(text.encode())
+        try:
+            self._vm.console_socket.sendall(text.encode())
+        except OSError as e:   # QEMU has gone: the boot says why
+            with self._cond:
+                while self._why_ended() is None and not self._vm_exited():
+                    self._cond.wait(POLL)
+                raise BootFailed("console input", self._why_ended() or f"{type(e).__name__}: {e}") from None
 
     def kill(self) -> None:
         """SIGKILL to QEMU, as a crash would end it (the boot then ends with qemu-exit)."""
@@ -726,9 +733,15 @@ class Machine:
         these held at the stop (copy scratch images beside the state)."""
         if self._vm is None or self._result is not None:
             raise BootFailed("saving a snapshot", "the machine is not running")
-        os.makedirs(folder, exist_ok=True)
-        self.qmp("stop")
-        info = self._migrated(f"file:{os.path.join(folder, SNAPSHOT_STATE)}")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            self.qmp("stop")
+            info = self._migrated(f"file:{os.path.join(folder, SNAPSHOT_STATE)}")
+        except Exception as e:  # pylint: disable=broad-except
+            # A VM stopped for a save that failed would wait for ever: the boot ends here.
+            why = e.why if isinstance(e, BootFailed) else f"{type(e).__name__}: {e}"
+            self._end("snapshot", f"saving a snapshot in {folder} failed: {why}")
+            raise BootFailed("saving a snapshot", why) from None
         with self._cond:
             self._saved = True
         try:
@@ -748,17 +761,21 @@ class Machine:
         """The new QEMU loads the snapshot and runs the guest; the console shows first what
         the saved boot's showed."""
         assert self.restore is not None
-        self._console_file.write(saved.console)
-        self._console_file.flush()
-        self._console_lines(self._console_split.feed(saved.console), len(saved.console))
         vm = self._vm
+        # The load has the launch's bound: a QEMU stuck in it is ended, as one stuck
+        # before QMP is.
+        guard = _LaunchGuard(vm, *self._launch_bound())
         try:
+            self._console_file.write(saved.console)
+            self._console_file.flush()
+            self._console_lines(self._console_split.feed(saved.console), len(saved.console))
             vm.cmd("migrate-incoming", uri=f"file:{os.path.join(self.restore, SNAPSHOT_STATE)}")
             # Loaded, the VM is paused as it was saved; a cont while QEMU is still in
             # "inmigrate" would be overridden by that saved state: wait it out first.
             while (status := vm.cmd("query-status")["status"]) == "inmigrate":
-                if vm.cmd("query-migrate").get("status") == "failed":
-                    raise BootError("the incoming migration failed")
+                info = vm.cmd("query-migrate")
+                if info.get("status") == "failed":
+                    raise BootError(f"the incoming migration failed: {info.get('error-desc', '')}")
                 time.sleep(POLL)
             if status != "paused":
                 raise BootError(f"the loaded VM is {status}, not paused as it was saved")
@@ -766,11 +783,14 @@ class Machine:
         except BaseException as e:
             vm.kill()
             vm.wait(timeout=None)
-            self._console_file.close()
+            self._vm = None        # nothing of it to finish()
             if isinstance(e, Exception):
-                raise BootError(f"QEMU could not load the snapshot in {self.restore} ({type(e).__name__}: "
-                                f"{e}):\n{(vm.get_log() or '').rstrip()}") from None
+                why = guard.why or f"{type(e).__name__}: {e}"
+                raise BootError(f"QEMU could not load the snapshot in {self.restore} ({why}):\n"
+                                f"{(vm.get_log() or '').rstrip()}", 124 if guard.why else 125) from None
             raise
+        finally:
+            guard.stop()
 
     # --- the end -------------------------------------------------------------------------------
     def finish(self) -> BootResult:
@@ -955,7 +975,9 @@ def snapshot_identity(g: Guest) -> Dict[str, Any]:
     CPUs, memory and devices (QEMU refuses other devices too, in fewer words)."""
     return {"kernel": g.kernel, "vcpus": g.vcpus, "mem": g.mem, "accel": g.accel, "cpu": g.cpu,
             "controllers": len(g.controllers), "disks": sorted((d.controller, d.lun if d.lun is not None else -1)
-                                                               for d in g.disks)}
+                                                               for d in g.disks),
+            "ko": [os.path.basename(k) for k in g.ko], "results": g.results,
+            "cmd_sha256": hashlib.sha256((g.cmd or "").encode()).hexdigest()}
 
 
 def read_snapshot(folder: str, g: Guest) -> Snapshot:

@@ -29,12 +29,15 @@ Steps that may lead the list, before QMP's greeting:
     ["pidfile", PATH]          QEMU's pid written to PATH
     ["drop-qmp-on", COMMAND]   when COMMAND comes, the QMP connection is closed unanswered
     ["mute-qmp-on", COMMAND]   from COMMAND on, no QMP command is answered
+    ["migrate-fails", DESC]    query-migrate says failed, with error-desc DESC
+    ["load-fails"]             a migrate-incoming ends QEMU (status 1), as a state it cannot load does
 The steps start once the QMP client has negotiated capabilities and asked query-status (as
 the machine layer does once QEMU is up: a boot is never faster), unless the list starts
-with ["no-qmp"]. Every QMP command is answered {"return": {}} (query-status: running, or paused from a stop
-or a migrate-incoming to the next cont; query-migrate:
-completed; a migrate to file:PATH writes PATH), and appended as a JSON line to $HVSTOR_FAKE_QEMU_LOG when it is set. A step list that ends without "exit"
-exits 0.
+with ["no-qmp"]. Every QMP command is answered {"return": {}} (query-status: running; paused
+from a stop to the next cont; after a migrate-incoming, inmigrate twice, then paused;
+query-migrate: completed; a migrate to file:PATH writes PATH), and appended as a JSON line
+to $HVSTOR_FAKE_QEMU_LOG when it is set. A step list that ends without "exit" exits 0.
+A file chardev without append=on starts empty, as QEMU truncates it.
 """
 
 from __future__ import annotations
@@ -69,6 +72,12 @@ class Fake:
         self.mute_on: Optional[str] = None
         self.muted = False
         self.run_state = "running"
+        self.inmigrate = 0               # query-status answers left that say inmigrate
+        self.migrate_error: Optional[str] = None
+        self.load_fails = False
+        for c in self.chardevs.values():
+            if c["kind"] == "file" and c.get("append") != "on":
+                open(c["path"], "wb").close()
 
     def _sock(self, cid: str) -> Optional[socket.socket]:
         c = self.chardevs.get(cid)
@@ -108,10 +117,19 @@ class Fake:
         if log:
             with open(log, "a", encoding="utf-8") as f:
                 f.write(json.dumps(msg) + "\n")
+        if cmd == "migrate-incoming" and self.load_fails:
+            sys.stderr.write("qemu-system-x86_64: load of migration failed: Invalid argument\n")
+            sys.stderr.flush()
+            os._exit(1)
         self.run_state = {"stop": "paused", "migrate-incoming": "paused", "cont": "running"}.get(cmd, self.run_state)
+        self.inmigrate = 2 if cmd == "migrate-incoming" else self.inmigrate
         ret: Any = {"status": self.run_state, "running": self.run_state == "running"} if cmd == "query-status" else {}
+        if cmd == "query-status" and self.inmigrate:
+            self.inmigrate -= 1
+            ret = {"status": "inmigrate", "running": False}
         if cmd == "query-migrate":
-            ret = {"status": "completed", "total-time": 1}
+            ret = {"status": "failed", "error-desc": self.migrate_error} if self.migrate_error \
+                else {"status": "completed", "total-time": 1}
         uri = str(msg.get("arguments", {}).get("uri", ""))
         if cmd == "migrate" and uri.startswith("file:"):
             with open(uri[len("file:"):], "wb") as f:
@@ -202,7 +220,7 @@ def main() -> None:
     with open(os.environ["HVSTOR_FAKE_QEMU_SCRIPT"], encoding="utf-8") as f:
         steps = json.load(f)
     greet = True
-    while steps and steps[0][0] in ("no-qmp", "pidfile", "drop-qmp-on", "mute-qmp-on"):
+    while steps and steps[0][0] in ("no-qmp", "pidfile", "drop-qmp-on", "mute-qmp-on", "migrate-fails", "load-fails"):
         s = steps.pop(0)
         if s[0] == "no-qmp":
             greet = False
@@ -211,6 +229,10 @@ def main() -> None:
                 f.write(f"{os.getpid()}\n")
         elif s[0] == "drop-qmp-on":
             fake.drop_on = s[1]
+        elif s[0] == "migrate-fails":
+            fake.migrate_error = s[1]
+        elif s[0] == "load-fails":
+            fake.load_fails = True
         else:
             fake.mute_on = s[1]
     if greet and fake.qmp is not None:

@@ -10,7 +10,7 @@ from typing import Any, List
 import pytest
 
 from conftest import READY, FakeBoot, qmp_log
-from hvmachine.machine import BootError, read_snapshot, snapshot_identity
+from hvmachine.machine import BootError, BootFailed, read_snapshot, snapshot_identity
 from hvmachine.guest import Guest
 
 SAVED_BOOT = READY + [["kmsg", "storvsc: before the save"], ["console", "hvstor-exp: disks ready"],
@@ -64,13 +64,32 @@ def test_a_restore_goes_on_with_the_saved_logs_first(fake_boot: FakeBoot, tmp_pa
     assert incoming["arguments"]["uri"] == f"file:{folder}/state"
 
 
-def test_a_restore_is_started_to_wait_for_the_state(fake_boot: FakeBoot, tmp_path: Any) -> None:
+def test_the_vm_runs_once_the_load_is_done(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    """A cont while QEMU is still "inmigrate" would be undone by the saved run state: the
+    restore asks until the VM is paused, then continues it."""
     folder = saved(fake_boot, tmp_path)
-    m = fake_boot(GOES_ON, restore=folder)
-    args = m.qemu_args("k", "i", incoming=True)
-    m.finish()
-    assert args[args.index("-incoming") + 1] == "defer"
-    assert any(a.startswith("file,id=hvkmsg,") and a.endswith(",append=on") for a in args)
+    fake_boot(GOES_ON, restore=folder).finish()
+    log = qmp_log(tmp_path)
+    cmds = [c["execute"] for c in log[[c["execute"] for c in log].index("quit") + 1:]]
+    between = cmds[cmds.index("migrate-incoming") + 1:cmds.index("cont")]
+    # The stand-in says inmigrate twice, then paused.
+    assert between.count("query-status") == 3, cmds
+
+
+def test_a_save_that_fails_ends_the_boot_with_its_reason(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    m = fake_boot([["migrate-fails", "No space left on device"]] + SAVED_BOOT)
+    m.wait_console("HVSTOR-SNAPSHOT-POINT")
+    with pytest.raises(BootFailed, match="the migration failed: No space left on device"):
+        m.snapshot(str(tmp_path / "snap"))
+    r = m.finish()       # at once: the VM stopped for the save is not left waiting
+    assert not r.ok and not r.saved and r.failure is not None
+    assert r.failure.message.startswith(f"saving a snapshot in {tmp_path / 'snap'} failed: ")
+
+
+def test_a_state_qemu_cannot_load_is_a_boot_error_with_its_output(fake_boot: FakeBoot, tmp_path: Any) -> None:
+    folder = saved(fake_boot, tmp_path)
+    with pytest.raises(BootError, match=r"(?s)could not load the snapshot in .*load of migration failed"):
+        fake_boot([["load-fails"]] + GOES_ON, restore=folder)
 
 
 def test_a_guest_other_than_the_saved_one_is_refused(fake_boot: FakeBoot, tmp_path: Any) -> None:
