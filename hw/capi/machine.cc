@@ -195,6 +195,7 @@ void ScsiController::load(state::Reader& r) {
     std::lock_guard lock(mu_);
     const uint32_t n = r.count("a controller's disk count", uint32_t(storvsp::Controller::kMaxLuns), 2);
     if (r.ok() && n != disks_.size()) r.fail("a controller's disk count", "differs from this controller's", n);
+    std::vector<bool> seen(storvsp::Controller::kMaxLuns, false);
     for (uint32_t i = 0; i < n && r.ok(); i++) {
         const uint8_t lun = r.u8("a disk's LUN");
         const bool modelled = r.boolean("a disk's model flag");
@@ -204,8 +205,35 @@ void ScsiController::load(state::Reader& r) {
             r.fail("the disk at LUN", "is missing here, or modelled (perf=) here and not there or the reverse", lun);
             break;
         }
-        if (modelled) (*d)->model()->load(r);
+        if (seen[lun]) { // each once: a disk listed twice stands for one the state lacks
+            r.fail("the disk at LUN", "is in the state twice", lun);
+            break;
+        }
+        seen[lun] = true;
+        if (!modelled) continue;
+        // The model's buckets as they are now, for abort_load().
+        state::Writer before;
+        (*d)->model()->save(before);
+        models_before_.emplace_back(lun, before.take());
+        (*d)->model()->load(r);
     }
+}
+
+void ScsiController::finish_load() {
+    ctl_->finish_load();
+    std::lock_guard lock(mu_);
+    models_before_.clear();
+}
+
+void ScsiController::abort_load() {
+    ctl_->abort_load();
+    std::lock_guard lock(mu_);
+    for (const auto& before : models_before_) {
+        auto d = std::find_if(disks_.begin(), disks_.end(), [&](const auto& x) { return x->lun() == before.first; });
+        state::Reader r(before.second);
+        if (d != disks_.end() && (*d)->model()) (*d)->model()->load(r);
+    }
+    models_before_.clear();
 }
 
 Machine::Machine(Host& host, const MachineConfig& cfg)
@@ -273,11 +301,11 @@ void Machine::load(std::span<const uint8_t> data) {
     } catch (...) {
         // A refused load leaves the machine as a reset does, never half loaded: what it
         // reopened is closed, the offers go back to their relids, the queues drop what
-        // they took.
+        // they took, the disk models' buckets are as they were.
         reset();
         server_.abort_load();
         std::lock_guard lock(mu_);
-        for (auto& c : controllers_) c->controller().abort_load();
+        for (auto& c : controllers_) c->abort_load();
         throw;
     }
 }
@@ -316,7 +344,7 @@ void Machine::load_parts(std::span<const uint8_t> data) {
     std::string err;
     if (!server_.finish_load(err)) throw std::runtime_error("hv-vmbus-bridge state: " + err);
     std::lock_guard lock(mu_);
-    for (auto& c : controllers_) c->controller().finish_load();
+    for (auto& c : controllers_) c->finish_load();
 }
 
 void Machine::set_running(bool running) {

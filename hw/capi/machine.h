@@ -87,6 +87,11 @@ public:
     // needs the same disks at the same LUNs, each modelled or not as in the state.
     void save(state::Writer& w);
     void load(state::Reader& r);
+    // The controller's finish_load() and abort_load() (storvsp::Controller), after the bus's.
+    // A failed load also puts the buckets of the models it loaded back as they were: a
+    // machine reset leaves them alone, and the load must leave nothing of the state behind.
+    void finish_load();
+    void abort_load();
 
     // Every disk's injected faults off (true) or back on (false).
     void suspend_faults(bool on);
@@ -110,8 +115,10 @@ private:
     std::unique_ptr<AttachedDisk> take(const AttachedDisk* disk);
     std::unique_ptr<AttachedDisk> take_locked(const AttachedDisk* disk); // mu_ held
 
-    std::mutex mu_;  // disks_, removals_: the glue may realize devices from more than one thread
+    std::mutex mu_;  // disks_, removals_, models_before_: the glue may realize devices from more than one thread
     std::vector<std::unique_ptr<AttachedDisk>> disks_;
+    // load(): the state of each model it loaded, by LUN, as it was before, for abort_load().
+    std::vector<std::pair<uint8_t, std::vector<uint8_t>>> models_before_;
     // Removal threads: each finishes a disk, which completes through the controller, so
     // they are joined before it goes; finished ones when the next removal starts.
     struct RemovalState {

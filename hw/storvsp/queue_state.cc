@@ -178,7 +178,23 @@ void Controller::mark_written() const {
 }
 
 void Controller::finish_load() {
-    if (!primary_->is_open()) primary_closed();
+    before_load_.reset();
+    std::vector<Queue*> queues;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& q : channels_) queues.push_back(q.get());
+    }
+    // A queue saved open whose channel the bus did not reopen (the state's two sections
+    // disagree) has no session to go on with: what it loaded must not reach the guest's
+    // next one.
+    for (Queue* q : queues)
+        if (!q->is_open()) q->drop_restore();
+    if (primary_->is_open()) return;
+    // The primary's session ended with it, as its close would have ended it: the handshake,
+    // and the subchannels.
+    ready_ = false;
+    srb_seen_ = false;
+    primary_closed();
 }
 
 void Controller::abort_load() {
@@ -199,6 +215,20 @@ void Controller::abort_load() {
     primary_->set_relid(primary_relid_);
     ready_ = false;
     srb_seen_ = false;
+    if (!before_load_) return;
+    reset_answer_ = before_load_->reset_answer;
+    subchannels_offered_ = before_load_->subchannels_offered;
+    // The queues only the state had: no offer, no channel and no closer refers to them any
+    // more (the reset waited for the closes). Each joins its closer as it goes, which may
+    // take mu_: they go outside it.
+    std::vector<std::unique_ptr<Queue>> added;
+    {
+        std::lock_guard lock(mu_);
+        for (size_t i = before_load_->queues; i < channels_.size(); i++) added.push_back(std::move(channels_[i]));
+        channels_.resize(before_load_->queues);
+    }
+    before_load_.reset();
+    added.clear();
 }
 
 void Controller::save(state::Writer& w) const {
@@ -236,6 +266,7 @@ bool Controller::load(state::Reader& r) {
         std::lock_guard lock(mu_);
         const bool any_open = std::any_of(channels_.begin(), channels_.end(), [](const auto& q) { return q->is_open() || q->closing(); });
         if (ready_ || any_open) return r.fail("the controller", "is not at power-on (a machine reset comes before a load)", 0), false;
+        before_load_ = BeforeLoad{reset_answer_.load(), subchannels_offered_.load(), channels_.size()};
         while (channels_.size() < queues.size()) channels_.push_back(std::make_unique<Queue>(*this, uint16_t(channels_.size())));
     }
     for (size_t i = 0; i < queues.size(); i++) {

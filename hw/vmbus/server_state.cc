@@ -153,6 +153,8 @@ bool Server::load(state::Reader& r) {
         gpadls_.clear();
         return false;
     }
+    before_load_->target_vp = target_vp_;
+    before_load_->sint = sint_;
     version_ = version;
     target_vp_ = target_vp;
     sint_ = sint;
@@ -216,9 +218,9 @@ bool Server::load_offers_locked(std::vector<std::unique_ptr<Offer>> saved, state
                    false;
     }
     // Nothing was changed before this point: a refused load leaves the offers as they were.
-    before_load_.clear();
+    before_load_.emplace();
     for (const auto& o : offers_)
-        if (o && !o->rescinded) before_load_.push_back({o->info, o->relid});
+        if (o && !o->rescinded) before_load_->offers.push_back({o->info, o->relid});
     offers_ = std::move(placed);
     return true;
 }
@@ -254,7 +256,7 @@ bool Server::finish_load(std::string& err) {
             }
         }
         out.swap(load_out_);
-        before_load_.clear();
+        before_load_.reset();
         sending_locked(out);
     }
     flush(out);
@@ -264,16 +266,21 @@ bool Server::finish_load(std::string& err) {
 void Server::abort_load() {
     std::lock_guard lock(mu_);
     drop_connection_locked(); // the reset did; nothing is open, nothing owed
+    load_out_.clear();
+    // Refused before the offers moved (a stream cut short, a section this build cannot
+    // read): they are where they were, and the devices keep them.
+    if (!before_load_) return;
+    target_vp_ = before_load_->target_vp;
+    sint_ = before_load_->sint;
     offers_.clear();
-    for (const auto& [info, relid] : before_load_) {
+    for (const auto& [info, relid] : before_load_->offers) {
         if (relid > offers_.size()) offers_.resize(relid);
         auto ch = std::make_unique<Offer>();
         ch->info = info;
         ch->relid = relid;
         offers_[relid - 1] = std::move(ch);
     }
-    before_load_.clear();
-    load_out_.clear();
+    before_load_.reset();
 }
 
 } // namespace hvstor::vmbus

@@ -449,6 +449,145 @@ TEST_F(MachineTest, AFailedLoadLeavesNothingOfItForTheNextSession) {
     EXPECT_FALSE(guest2.poll(*fresh));
 }
 
+// A load refused before the bus loaded anything (here at the machine's own section tag) keeps
+// the controller's offer where it was: the guest finds it and opens it as before.
+TEST_F(MachineTest, ALoadRefusedEarlyKeepsTheControllersOffer) {
+    capi::ScsiController& c = machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    const uint32_t relid = c.controller().primary_relid();
+    machine->set_running(false);
+    const std::vector<uint8_t> garbage{1, 2, 3};
+    EXPECT_THROW(machine->load(garbage), std::runtime_error);
+    ASSERT_EQ(c.controller().primary_relid(), relid) << "the controller lost its offer";
+    machine->set_running(true);
+    connect();
+    ch = guest.open(relid, kRings, 0x100);
+    ASSERT_TRUE(ch);
+    ASSERT_TRUE(guest.handshake(*ch));
+}
+
+// A load refused at its last step leaves the machine as it was, down to what it saves: the
+// disk model's buckets (the state's were drained by reads), the controller's reset answer
+// (the state's is "ignore") and its queues (the state's controller had a subchannel).
+TEST_F(MachineTest, ARefusedLoadLeavesTheMachineAsItWas) {
+    capi::DiskSpec spec = ram(false);
+    spec.perf = "iops=0.01,burst=off";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    VstorPacket sub{};
+    sub.operation = uint32_t(Operation::CreateSubChannels);
+    sub.sub_channel_count = 1;
+    guest.send(*ch, sub);
+    guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
+    controller->set_reset("ignore");
+    for (uint32_t i = 0; i < 4; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
+    perf::ModelBackend& model = *disk->model();
+    while (model.stats().queued + model.stats().issued < 4) std::this_thread::yield();
+    machine->set_running(false);
+    std::vector<uint8_t> state = machine->save();
+    machine.reset();
+
+    capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
+    capi::ScsiController& c = next.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    c.add_disk(spec);
+    const std::vector<uint8_t> before = next.save();
+    state.push_back(0); // a byte too many: refused once everything else was read
+    EXPECT_THROW(next.load(state), std::runtime_error);
+    EXPECT_EQ(c.reset(), "answer");
+    EXPECT_EQ(next.save(), before);
+}
+
+// The same for the guest's connection: its target VP in the state (1) does not stay.
+TEST_F(MachineTest, ARefusedLoadLeavesTheConnectionsTargetAsItWas) {
+    for (uint32_t vp = 0; vp < 2; vp++) g.enable_synic(vp);
+    vmbus::InitiateContact contact{};
+    contact.hdr.msgtype = uint32_t(vmbus::MsgType::InitiateContact);
+    contact.version_requested = vmbus::version::kV5_3;
+    contact.target_vcpu = 1;
+    contact.v5.msg_sint = vmbus::kVmbusSint;
+    g.post(0, 4, contact);
+    ASSERT_TRUE(g.take(1)) << "VERSION_RESPONSE, on VP 1";
+    machine->set_running(false);
+    std::vector<uint8_t> state = machine->save();
+    machine.reset();
+
+    capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
+    const std::vector<uint8_t> before = next.save();
+    state.push_back(0);
+    EXPECT_THROW(next.load(state), std::runtime_error);
+    EXPECT_EQ(next.server().target_vp(), 0u);
+    EXPECT_EQ(next.save(), before);
+}
+
+// A state whose sections disagree: the controller's has its primary queue open, with reads
+// it took, and the bus's has the channel closed (it comes from a machine no guest used). It
+// loads, but the queue has no session to go on with: the machine, reset, takes a state again,
+// and nothing of the state reaches the guest's next session.
+TEST_F(MachineTest, AQueueSavedOpenOnAClosedChannelStartsNoSession) {
+    capi::DiskSpec spec = ram(false);
+    spec.perf = "iops=50,burst=off";
+    ASSERT_NO_FATAL_FAILURE(serve(spec));
+    for (uint32_t i = 0; i < 4; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
+    perf::ModelBackend& model = *disk->model();
+    while (model.stats().queued + model.stats().issued < 4) std::this_thread::yield();
+    machine->set_running(false);
+    const vmbus::Guid instance = controller->controller().instance();
+    capi::Machine unused(host, capi::MachineConfig{2, 0x5A58});
+    unused.add_controller(instance, {}).add_disk(spec);
+    const std::vector<uint8_t> whole = machine->save();
+    state::Writer w;
+    w.fixed({whole.data(), 8}); // the machine's tag and version
+    unused.partition().save(w);
+    unused.server().save(w);
+    w.u32(1);
+    w.fixed(instance.bytes);
+    controller->save(w);
+    const std::vector<uint8_t> state = w.take();
+    machine.reset();
+
+    capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
+    capi::ScsiController& c = next.add_controller(instance, {});
+    c.add_disk(spec);
+    ASSERT_NO_THROW(next.load(state));
+    EXPECT_EQ(c.controller().open_channels(), 0u);
+    next.reset();
+    const std::vector<uint8_t> again = next.save();
+    next.reset();
+    EXPECT_NO_THROW(next.load(again)) << "the handshake of the session that did not go on stayed";
+    next.set_running(true);
+    FakeGuest g2(host, next.partition());
+    FakeStorvsc guest2(host, next.partition(), g2);
+    MachineRig::connect(g2, guest2);
+    auto fresh = guest2.open(c.controller().primary_relid(), kRings, 0x100);
+    ASSERT_TRUE(fresh);
+    ASSERT_TRUE(guest2.handshake(*fresh));
+    const uint64_t id = guest2.send_srb(*fresh, rw10(false, 0, 8), kBuf, 4096);
+    auto r = guest2.wait(*fresh);
+    while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest2.wait(*fresh);
+    EXPECT_EQ(r.trans_id, id) << "a read of the state was replayed into the new session";
+    EXPECT_FALSE(guest2.poll(*fresh));
+}
+
+// Each disk of the state once: one listed twice stands for a disk the state lacks.
+TEST_F(MachineTest, ALoadRefusesADiskListedTwice) {
+    capi::ScsiController& c = machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    c.add_disk(ram(false));
+    capi::DiskSpec second = ram(false);
+    second.lun = 1;
+    c.add_disk(second);
+    machine->set_running(false);
+    std::vector<uint8_t> state = machine->save();
+    // The state ends with the disks: LUN 0 and LUN 1, neither modelled. Both LUN 1 now.
+    ASSERT_EQ(state[state.size() - 4], 0);
+    ASSERT_EQ(state[state.size() - 2], 1);
+    state[state.size() - 4] = 1;
+    try {
+        machine->load(state);
+        ADD_FAILURE() << "a state with a disk listed twice was loaded";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
+    }
+    machine->set_running(true);
+}
+
 // A state this machine cannot take is refused with its reason, and nothing is reopened.
 TEST_F(MachineTest, ALoadRefusesAStateItCannotTake) {
     ASSERT_NO_FATAL_FAILURE(serve(ram(false)));

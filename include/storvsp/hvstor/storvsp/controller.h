@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -192,11 +193,13 @@ public:
     // With the VM paused, before a migration's last pass: marks the guest memory the
     // controller writes through mappings that stay open (rings, request buffers) dirty.
     void mark_written() const;
-    // After the bus's finish_load(): a primary that was closing at the save withdraws its
-    // subchannels, as its close would have.
+    // After the bus's finish_load(): a primary that was closing at the save ends its session
+    // (the handshake) and withdraws its subchannels, as its close would have; a queue that
+    // was saved open and that the bus did not reopen drops what it loaded.
     void finish_load();
     // A load failed and the machine was reset, then the bus's abort_load() ran: the queues
-    // drop what they loaded and take their offers' relids again.
+    // drop what they loaded and take their offers' relids again, those the load added go,
+    // and the reset answer and the count of subchannels offered are what they were.
     void abort_load();
 
     // scsi::CommandSink: routes a finished command back to its channel.
@@ -246,6 +249,13 @@ private:
     // vCPU thread must not wait for a disk while it holds the BQL).
     std::atomic<uint32_t> blocking_disks_{0};
     std::atomic<ResetAnswer> reset_answer_{ResetAnswer::Answer};
+    // load(): what it changed besides the queues' own state, as it was, for abort_load().
+    struct BeforeLoad {
+        ResetAnswer reset_answer;
+        uint64_t subchannels_offered;
+        size_t queues; // channels_.size()
+    };
+    std::optional<BeforeLoad> before_load_;
 };
 
 } // namespace hvstor::storvsp

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -98,8 +99,10 @@ public:
     // guest when the VM runs. False with the reason in the reader (load) or `err`.
     bool load(state::Reader& r);
     bool finish_load(std::string& err);
-    // A load failed (after load() went well) and the machine was reset: the devices' offers
-    // go back to the relids they had, and what only the saved state had is dropped.
+    // A load failed and the machine was reset: if load() had moved the devices' offers, they
+    // go back to the relids they had, what only the saved state had is dropped, and the
+    // connection's target VP and SINT are what they were; a load refused before that changed
+    // none of them.
     void abort_load();
 
     // Drop the connection, the GPADLs and open channels; offers stay registered. Returns
@@ -209,8 +212,14 @@ private:
     std::vector<uint32_t> held_torndown_;
     bool unload_owed_ = false; // UNLOAD_RESPONSE, once no close is in progress
     Outbox load_out_;          // load(): messages finish_load() sends
-    // load(): the devices' offers as they were, for abort_load().
-    std::vector<std::pair<OfferInfo, uint32_t>> before_load_;
+    // load(): the devices' offers and the connection's target as they were, for abort_load();
+    // none before a load moved them.
+    struct BeforeLoad {
+        std::vector<std::pair<OfferInfo, uint32_t>> offers;
+        uint32_t target_vp;
+        uint8_t sint;
+    };
+    std::optional<BeforeLoad> before_load_;
     std::map<uint32_t, Gpadl> gpadls_;
     ServerStats stats_;
     GuestErrorLog log_; // under mu_
