@@ -3,7 +3,8 @@
 
   tests/fuzz/fuzz.py [TARGET...] [--time S | --runs N | --ci] [--jobs N] [--seeds-only] [--coverage]
 
-  TARGET        vmbus_messages, ring, storvsp_packets, scsi_cdb, perf_config (default: all)
+  TARGET        vmbus_messages, ring, storvsp_packets, scsi_cdb, perf_config, saved_state
+                (default: all)
   --time S      run each target for S seconds (default 60)
   --runs N      run each target for N inputs instead (0: none, for --coverage of the corpus)
   --ci          the fixed number of inputs per target that ./hvstor test runs
@@ -40,10 +41,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Callable, NoReturn
 
-ALL = ["vmbus_messages", "ring", "storvsp_packets", "scsi_cdb", "perf_config"]
-# --ci: about a minute for all five on two cores once built (docs/fuzzing.md).
+ALL = ["vmbus_messages", "ring", "storvsp_packets", "scsi_cdb", "perf_config", "saved_state"]
+# --ci: about a minute for all six on two cores once built (docs/fuzzing.md).
 CI_RUNS = {"vmbus_messages": 15000, "ring": 50000, "storvsp_packets": 10000,
-           "scsi_cdb": 30000, "perf_config": 200000}
+           "scsi_cdb": 30000, "perf_config": 200000, "saved_state": 10000}
 # The sources each target is about, for --coverage.
 SOURCES = {
     "vmbus_messages": "hw/vmbus/server.cc hw/hyperv/synic.cc hw/hyperv/partition.cc "
@@ -54,6 +55,9 @@ SOURCES = {
     "scsi_cdb": "hw/scsi",
     "perf_config": "backend/perf/config.cc backend/perf/values.cc backend/perf/keys.cc "
                    "backend/perf/profiles.cc",
+    "saved_state": "hw/capi/machine.cc hw/hyperv/partition.cc hw/hyperv/synic.cc "
+                   "hw/vmbus/server_state.cc hw/storvsp/queue_state.cc backend/perf/model.cc "
+                   "backend/perf/limiter.cc",
 }
 # Inputs per process (see above).
 DEFAULT_SEGMENT = 1000000

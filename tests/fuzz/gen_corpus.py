@@ -10,11 +10,16 @@ target's header comment, and the Rec enums): a mode byte or two, then records of
     python3 tests/fuzz/gen_corpus.py [OUTDIR]    # default: tests/fuzz/corpus next to this file
 
 Rewrites every seed and removes files that are no longer generated, so the checked-in corpus
-is exactly what this script produces.
+is exactly what this script produces. The saved_state seeds are real saved states, which only
+the device model writes: the target itself writes them (--write-seeds=DIR), from the fuzz
+build in $HVSTOR_FUZZ_BUILD (default .cache/build-fuzz, which ./hvstor fuzz builds); without
+that build they are left as they are.
 """
 import os
 import struct
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 
 Seeds = dict[str, bytes]    # seed file name -> its contents
@@ -493,12 +498,34 @@ def perf_seeds() -> Seeds:
     return s
 
 
-TARGETS: dict[str, Callable[[], Seeds]] = {
+# ---------------------------------------------------------------------------------------------
+# saved_state (tests/fuzz/saved_state.cc): states the target's own machine saves at a few points
+# of a guest's life (fresh, connected, a channel open, reads queued behind the disk model's
+# cap, a reset held, a subchannel open). None when there is no fuzz build to run.
+def saved_state_seeds() -> Seeds | None:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    build = os.environ.get('HVSTOR_FUZZ_BUILD') or os.path.join(root, '.cache', 'build-fuzz')
+    target = os.path.join(build, 'tests', 'fuzz', 'saved_state')
+    if not os.access(target, os.X_OK):
+        print(f'saved_state: no {target} to write them (build it first, or set HVSTOR_FUZZ_BUILD): '
+              'its seeds are left as they are')
+        return None
+    with tempfile.TemporaryDirectory(prefix='hvstor-seeds.') as d:
+        subprocess.run([target, f'--write-seeds={d}'], check=True, stdin=subprocess.DEVNULL)
+        seeds: Seeds = {}
+        for name in sorted(os.listdir(d)):
+            with open(os.path.join(d, name), 'rb') as f:
+                seeds[name] = f.read()
+        return seeds
+
+
+TARGETS: dict[str, Callable[[], Seeds | None]] = {
     'ring': ring_seeds,
     'storvsp_packets': storvsp_seeds,
     'vmbus_messages': vmbus_seeds,
     'scsi_cdb': scsi_seeds,
     'perf_config': perf_seeds,
+    'saved_state': saved_state_seeds,
 }
 
 
@@ -506,9 +533,11 @@ def main() -> None:
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
     total = 0
     for target, gen in TARGETS.items():
+        seeds = gen()
+        if seeds is None:
+            continue
         d = os.path.join(out, target)
         os.makedirs(d, exist_ok=True)
-        seeds = gen()
         for stale in set(os.listdir(d)) - set(seeds):
             os.remove(os.path.join(d, stale))
         for name, data in seeds.items():

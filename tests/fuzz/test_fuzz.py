@@ -535,7 +535,7 @@ def test_bad_job_counts_are_refused(cache: Path, bad: str) -> None:
     (["--runs", "1e3"], "--runs wants a count"),
     (["--fast"], "unknown option '--fast'"),
     (["disk"], "unknown fuzz target 'disk' (targets: vmbus_messages ring storvsp_packets "
-               "scsi_cdb perf_config)"),
+               "scsi_cdb perf_config saved_state)"),
 ])
 def test_bad_arguments_are_refused(cache: Path, args: list[str], msg: str) -> None:
     p = start(cache, *args)
