@@ -33,7 +33,21 @@ using hvstor::test::kBuf;
 using hvstor::test::kRings;
 using hvstor::test::rw10;
 
-class MachineTest : public ::testing::Test, protected hvstor::test::MachineRig {};
+class MachineTest : public ::testing::Test, protected hvstor::test::MachineRig {
+protected:
+    // The controller's instance GUID in the rig's machine and in the machines loading its state.
+    static vmbus::Guid instance() { return *vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"); }
+
+    // `n` reads on the open channel, sent and held by the disk's model (its cap lets none
+    // through soon); returns their transaction ids.
+    std::multiset<uint64_t> reads_held(uint32_t n) {
+        std::multiset<uint64_t> sent;
+        for (uint32_t i = 0; i < n; i++) sent.insert(guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096));
+        perf::ModelBackend& model = *disk->model();
+        while (model.stats().queued + model.stats().issued < n) std::this_thread::yield();
+        return sent;
+    }
+};
 
 TEST_F(MachineTest, AssembledDiskServesTheGuest) {
     ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
@@ -353,10 +367,7 @@ TEST_F(MachineTest, ALoadedMachineAnswersWhatTheSavedOneOwed) {
     spec.perf = "iops=50,burst=off";
     ASSERT_NO_FATAL_FAILURE(serve(spec));
     constexpr uint32_t kReads = 8;
-    std::multiset<uint64_t> sent;
-    for (uint32_t i = 0; i < kReads; i++) sent.insert(guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096));
-    perf::ModelBackend& model = *disk->model();
-    while (model.stats().queued + model.stats().issued < kReads) std::this_thread::yield();
+    const std::multiset<uint64_t> sent = reads_held(kReads);
     machine->set_running(false);
     const std::vector<uint8_t> state = machine->save();
     const FakeStorvsc::Chan chan = *ch;
@@ -365,7 +376,7 @@ TEST_F(MachineTest, ALoadedMachineAnswersWhatTheSavedOneOwed) {
     capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
     FakeGuest g2(host, next.partition());
     FakeStorvsc guest2(host, next.partition(), g2);
-    capi::ScsiController& c = next.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    capi::ScsiController& c = next.add_controller(instance(), {});
     c.add_disk(spec);
     ASSERT_NO_THROW(next.load(state));
     EXPECT_EQ(c.controller().open_channels(), 1u);
@@ -417,9 +428,7 @@ TEST_F(MachineTest, AFailedLoadLeavesNothingOfItForTheNextSession) {
     capi::DiskSpec spec = ram(false);
     spec.perf = "iops=50,burst=off";
     ASSERT_NO_FATAL_FAILURE(serve(spec));
-    for (uint32_t i = 0; i < 4; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
-    perf::ModelBackend& model = *disk->model();
-    while (model.stats().queued + model.stats().issued < 4) std::this_thread::yield();
+    reads_held(4);
     machine->set_running(false);
     std::vector<uint8_t> state = machine->save();
     machine.reset();
@@ -427,7 +436,7 @@ TEST_F(MachineTest, AFailedLoadLeavesNothingOfItForTheNextSession) {
     capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
     FakeGuest g2(host, next.partition());
     FakeStorvsc guest2(host, next.partition(), g2);
-    capi::ScsiController& c = next.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    capi::ScsiController& c = next.add_controller(instance(), {});
     c.add_disk(spec);
     const uint32_t relid = c.controller().primary_relid();
     state.push_back(0); // a byte too many: refused once everything else was read
@@ -452,7 +461,7 @@ TEST_F(MachineTest, AFailedLoadLeavesNothingOfItForTheNextSession) {
 // A load refused before the bus loaded anything (here at the machine's own section tag) keeps
 // the controller's offer where it was: the guest finds it and opens it as before.
 TEST_F(MachineTest, ALoadRefusedEarlyKeepsTheControllersOffer) {
-    capi::ScsiController& c = machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    capi::ScsiController& c = machine->add_controller(instance(), {});
     const uint32_t relid = c.controller().primary_relid();
     machine->set_running(false);
     const std::vector<uint8_t> garbage{1, 2, 3};
@@ -478,15 +487,13 @@ TEST_F(MachineTest, ARefusedLoadLeavesTheMachineAsItWas) {
     guest.send(*ch, sub);
     guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
     controller->set_reset("ignore");
-    for (uint32_t i = 0; i < 4; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
-    perf::ModelBackend& model = *disk->model();
-    while (model.stats().queued + model.stats().issued < 4) std::this_thread::yield();
+    reads_held(4);
     machine->set_running(false);
     std::vector<uint8_t> state = machine->save();
     machine.reset();
 
     capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
-    capi::ScsiController& c = next.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    capi::ScsiController& c = next.add_controller(instance(), {});
     c.add_disk(spec);
     const std::vector<uint8_t> before = next.save();
     state.push_back(0); // a byte too many: refused once everything else was read
@@ -525,9 +532,7 @@ TEST_F(MachineTest, AQueueSavedOpenOnAClosedChannelStartsNoSession) {
     capi::DiskSpec spec = ram(false);
     spec.perf = "iops=50,burst=off";
     ASSERT_NO_FATAL_FAILURE(serve(spec));
-    for (uint32_t i = 0; i < 4; i++) guest.send_srb(*ch, rw10(false, i * 8, 8), kBuf + i * 4096, 4096);
-    perf::ModelBackend& model = *disk->model();
-    while (model.stats().queued + model.stats().issued < 4) std::this_thread::yield();
+    reads_held(4);
     machine->set_running(false);
     const vmbus::Guid instance = controller->controller().instance();
     capi::Machine unused(host, capi::MachineConfig{2, 0x5A58});
@@ -568,7 +573,7 @@ TEST_F(MachineTest, AQueueSavedOpenOnAClosedChannelStartsNoSession) {
 
 // Each disk of the state once: one listed twice stands for a disk the state lacks.
 TEST_F(MachineTest, ALoadRefusesADiskListedTwice) {
-    capi::ScsiController& c = machine->add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    capi::ScsiController& c = machine->add_controller(instance(), {});
     c.add_disk(ram(false));
     capi::DiskSpec second = ram(false);
     second.lun = 1;
@@ -603,7 +608,7 @@ TEST_F(MachineTest, ALoadRefusesAStateItCannotTake) {
         EXPECT_NE(std::string(e.what()).find("controller count"), std::string::npos) << e.what();
     }
     capi::Machine cut(host, capi::MachineConfig{2, 0x5A58});
-    cut.add_controller(*vmbus::Guid::parse("f8b3781b-1e82-4818-a1c3-63d806ec1500"), {});
+    cut.add_controller(instance(), {});
     state.resize(state.size() - 1);
     EXPECT_THROW(cut.load(state), std::runtime_error);
     EXPECT_FALSE(cut.server().connected());
