@@ -38,10 +38,15 @@ void hv_irq_cleanup(HvIrq *irq);
 /* HvstorHostOps.raise_vector, with the HvIrq as opaque. Any thread. */
 void hv_irq_raise(void *opaque, uint32_t vp, uint8_t vector);
 /*
- * The VM stopped (false) or runs again (true); main loop. A vector a device thread raised
- * just before the stop and left to the bottom half is delivered only once the VM runs.
+ * The VM stopped (false) or runs again (true); main loop. Told of a stop after the device
+ * model holds still (no device thread raises a vector any more): a vector raised before
+ * the stop and left to the bottom half goes to its APIC then, where a savevm or a
+ * migration finds it. One raised while the VM is stopped (a system_reset then) waits for
+ * the VM to run.
  */
 void hv_irq_set_running(HvIrq *irq, bool running);
+/* A loadvm: vectors left pending belong to the machine before it, not the loaded guest. */
+void hv_irq_drop_pending(HvIrq *irq);
 
 /*
  * Under KVM: routes the Hyper-V MSRs to vb and installs its CPUID leaves on every

@@ -13,6 +13,7 @@
 #include "hw/core/cpu.h"
 #include "cpu.h"
 #include "hvstor-internal.h"
+#include "trace.h"
 
 /* A fixed, edge-triggered MSI to the VP's local APIC. Needs the BQL. */
 static void send_vector(uint32_t vp, uint8_t vector)
@@ -26,6 +27,24 @@ static void send_vector(uint32_t vp, uint8_t vector)
     }
 }
 
+/* Every vector left pending, to the APICs. Needs the BQL. at_stop: the VM has just stopped. */
+static void send_pending(HvIrq *irq, bool at_stop)
+{
+    for (uint32_t vp = 0; vp < irq->nr_vps; vp++) {
+        for (int w = 0; w < 4; w++) {
+            uint64_t bits = qatomic_xchg(&irq->pending_vectors[vp * 4 + w], 0);
+            while (bits) {
+                int b = ctz64(bits);
+                bits &= bits - 1;
+                if (at_stop) {
+                    trace_hvstor_irq_at_stop(vp, w * 64 + b);
+                }
+                send_vector(vp, w * 64 + b);
+            }
+        }
+    }
+}
+
 static void raise_bh(void *opaque)
 {
     HvIrq *irq = opaque;
@@ -33,16 +52,7 @@ static void raise_bh(void *opaque)
     if (qatomic_read(&irq->held)) {
         return; /* hv_irq_set_running schedules it again */
     }
-    for (uint32_t vp = 0; vp < irq->nr_vps; vp++) {
-        for (int w = 0; w < 4; w++) {
-            uint64_t bits = qatomic_xchg(&irq->pending_vectors[vp * 4 + w], 0);
-            while (bits) {
-                int b = ctz64(bits);
-                bits &= bits - 1;
-                send_vector(vp, w * 64 + b);
-            }
-        }
-    }
+    send_pending(irq, false);
 }
 
 void hv_irq_init(HvIrq *irq, uint32_t nr_vps)
@@ -57,6 +67,21 @@ void hv_irq_set_running(HvIrq *irq, bool running)
     qatomic_set(&irq->held, !running);
     if (running) {
         qemu_bh_schedule(irq->bh);
+        return;
+    }
+    /*
+     * A vector raised before the stop and left to the bottom half goes to its APIC now,
+     * as it would have a moment earlier: the APIC's state is saved and migrated, our
+     * pending set is not. Left here, a savevm or migration would lose it, and a guest
+     * whose event flag is set with no interrupt to make it look waits for good.
+     */
+    send_pending(irq, true);
+}
+
+void hv_irq_drop_pending(HvIrq *irq)
+{
+    for (uint32_t i = 0; i < irq->nr_vps * 4; i++) {
+        qatomic_set(&irq->pending_vectors[i], 0);
     }
 }
 

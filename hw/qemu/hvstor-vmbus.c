@@ -209,8 +209,9 @@ static void hv_vmbus_bridge_run_state(void *opaque, bool running, RunState state
         hvstor_vmbus_set_running(s->vb, true);
         hv_irq_set_running(&s->irq, true);
     } else {
-        hv_irq_set_running(&s->irq, false);
+        /* The model first: its threads may raise vectors until it holds still. */
         hvstor_vmbus_set_running(s->vb, false);
+        hv_irq_set_running(&s->irq, false);
     }
 }
 
@@ -371,6 +372,7 @@ static int hv_vmbus_bridge_post_load(void *opaque, int version_id)
     char *err = NULL;
     bool ok = hvstor_vmbus_load(s->vb, s->state, s->state_len, &err);
 
+    hv_irq_drop_pending(&s->irq);
     hv_vmbus_bridge_drop_state(s);
     if (!ok) {
         error_report("hv-vmbus-bridge: cannot load its state: %s", err ? err : "out of memory");
