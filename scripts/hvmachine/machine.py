@@ -818,6 +818,9 @@ class Machine:
         if self._kmsg.lost:
             self._warnings.append(f"{self._kmsg.lost} records of the guest kernel's log were lost: its log "
                                   "buffer overran the reader of the kmsg channel (they are not in dmesg.txt)")
+        if self._kmsg.rewinds:
+            self._warnings.append(f"the guest kernel's log went back {self._kmsg.rewinds} times (a loadvm takes "
+                                  "the guest back): dmesg.txt holds each course in the order it came")
         if self._kmsg.command_open and self._console.status is not None:
             self._warnings.append("the guest kernel's log ends before the command's end marker: the "
                                   "guest's kmsg reader had not passed it on at the power-off")

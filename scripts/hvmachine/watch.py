@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 READY = "HVSTOR-GUEST-READY"
 _STATUS = re.compile(r"HVSTOR-EXIT-STATUS=([0-9]+)")
@@ -171,14 +171,21 @@ _BOOT = "hvstor-kmsg-boot "
 class KmsgLog:
     """The guest kernel's log from the kmsg channel: records in order, each once (the
     guest's reader starts again from the oldest record when the log overran it), and
-    which of them the console would have shown while the command ran."""
+    which of them the console would have shown while the command ran.
+
+    A loadvm takes the guest back to the saved moment: its kernel numbers the records it
+    writes from there again. A record whose number was seen with another time or text is
+    such a record, and kept: the log holds each course the guest took, in the order the
+    host saw them (rewinds counts the turns back)."""
 
     def __init__(self, tolerate: Sequence[re.Pattern[str]] = ()) -> None:
         self.records: List[KmsgRecord] = []
         self.report: Optional[KernelReport] = None
         self.noted: List[str] = []         # reports that were tolerated, or lockups
         self.lost = 0                      # records the guest's reader never saw
+        self.rewinds = 0                   # times the log went back to an earlier record (loadvm)
         self._last = -1
+        self._seen: Dict[int, Tuple[int, str]] = {}   # the record kept for each number: time, text
         self._tolerate = list(tolerate)
         self._console_level: Optional[int] = None   # while the command runs
         self._boot: Optional[str] = None   # the kernel's boot id, from the guest's reader
@@ -190,16 +197,25 @@ class KmsgLog:
             boot = line[len(_BOOT):].strip()
             if self._boot is not None and boot != self._boot:
                 self._last = -1         # a kernel started by kexec counts from 0 again
+                self._seen.clear()
                 self.kernels += 1
                 self._console_level = None   # its console prints its own boot
             self._boot = boot
             return None
         r = parse_kmsg(line)
-        if r is None or r.seq <= self._last:
+        if r is None:
             return None
-        if self._last >= 0 and r.seq > self._last + 1:
+        kept = self._seen.get(r.seq)
+        if kept == (r.usec, r.text):
+            return None                 # read again: the same record
+        if r.seq <= self._last:
+            # Back to a number seen (a loadvm), or one never seen (the guest went back to
+            # a stretch its reader had lost): a record of a new course either way.
+            self.rewinds += 1
+        elif self._last >= 0 and r.seq > self._last + 1:
             self.lost += r.seq - self._last - 1
         self._last = r.seq
+        self._seen[r.seq] = (r.usec, r.text)
         self.records.append(r)
         self._watch(r.text)
         return r

@@ -75,6 +75,33 @@ def test_a_kernel_started_by_kexec_is_kept_after_the_first() -> None:
     assert shown == ["still the first", "cut off by the kex"]
 
 
+def test_a_loaded_state_numbers_records_again_and_they_are_kept() -> None:
+    """After a loadvm the guest's kernel numbers its records from the saved moment on again,
+    and its reader sends what it had not yet read at the save: records read twice are kept
+    once, the new course's records are kept though their numbers were seen."""
+    log = KmsgLog()
+    for line in ["hvstor-kmsg-boot aaaa", "6,0,0,-;Linux version 1", "6,1,5,-;saved here",
+                 "6,2,9,-;after the save", "6,3,11,-;still the first course",
+                 "6,1,5,-;saved here", "6,2,30,-;after the load", "6,3,31,-;the second course",
+                 "6,3,31,-;the second course", "6,4,32,-;on"]:
+        log.feed(line)
+    assert [r.text for r in log.records] == ["Linux version 1", "saved here", "after the save",
+                                             "still the first course", "after the load", "the second course", "on"]
+    assert log.rewinds == 1 and log.lost == 0 and log.kernels == 1
+
+
+def test_a_loaded_state_may_go_back_into_records_the_reader_lost() -> None:
+    """Records the reader lost to an overrun were never seen: a loadvm to a moment among
+    them brings new records of those numbers, kept; what follows and was seen is not kept
+    twice."""
+    log = KmsgLog()
+    for line in ["6,0,0,-;a", "6,1,1,-;b", "6,4,4,-;e", "6,5,5,-;f",
+                 "6,2,20,-;new c", "6,3,21,-;new d", "6,4,4,-;e", "6,4,22,-;new e"]:
+        log.feed(line)
+    assert [r.text for r in log.records] == ["a", "b", "e", "f", "new c", "new d", "new e"]
+    assert log.lost == 2 and log.rewinds == 1
+
+
 def test_kmsg_text_is_decoded_and_its_control_bytes_stay_escaped() -> None:
     """/dev/kmsg escapes control bytes, backslashes and bytes past 0x7e as \\xNN. UTF-8
     comes back whole; tabs and newlines come back; every other control byte (an escape
