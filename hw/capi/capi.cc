@@ -442,6 +442,11 @@ bool hvstor_disk_set_fault(HvstorDisk* d, const char* fault, char** err) {
         fail_with(err, false));
 }
 
+char* hvstor_disk_fault(HvstorDisk* d) {
+    return guarded([&] { return d ? hvstor::capi::dup_message(to_cpp(d)->fault().c_str()) : nullptr; },
+                   [](const char*) -> char* { return nullptr; });
+}
+
 bool hvstor_disk_resize(HvstorDisk* d, uint64_t bytes, char** err) {
     return guarded(
         [&] {

@@ -98,11 +98,53 @@ std::string AttachedDisk::stats_json() {
         .done();
 }
 
+namespace {
+
+// Far above any fault's text; a saved state holds no longer one.
+constexpr size_t kFaultTextMax = 4096;
+
+} // namespace
+
 void AttachedDisk::set_fault(std::string_view text) {
     scsi::FaultSpec f;
     std::string err;
+    if (text.size() > kFaultTextMax)
+        throw DiskError("fault: a text of " + std::to_string(text.size()) + " bytes (at most " +
+                        std::to_string(kFaultTextMax) + ")");
     if (!scsi::parse_fault(text, f, err)) throw DiskError(err);
+    std::lock_guard lock(fault_mu_);
     disk_->set_fault(f);
+    fault_ = f.action == scsi::FaultSpec::Action::None ? "none" : std::string(text);
+}
+
+std::string AttachedDisk::fault() const {
+    std::lock_guard lock(fault_mu_);
+    return fault_;
+}
+
+void AttachedDisk::save_fault(state::Writer& w) const {
+    std::lock_guard lock(fault_mu_);
+    const scsi::FaultCounts c = disk_->fault_counts();
+    w.str(fault_);
+    w.u64(c.matched);
+    w.u64(c.injected);
+    w.u64(c.rng);
+}
+
+void AttachedDisk::load_fault(state::Reader& r) {
+    const std::string text = r.str("a disk's fault", kFaultTextMax);
+    scsi::FaultCounts c;
+    c.matched = r.u64("a fault's matched commands");
+    c.injected = r.u64("a fault's injections");
+    c.rng = r.u64("a fault's generator");
+    if (!r.ok()) return;
+    scsi::FaultSpec f;
+    std::string err;
+    if (!scsi::parse_fault(text, f, err)) return r.fail("a disk's fault", "is not a fault; its length is", text.size());
+    if (c.rng == 0) return r.fail("a fault's generator", "is zero, which no generator reaches:", 0);
+    std::lock_guard lock(fault_mu_);
+    disk_->set_fault(f, c);
+    fault_ = f.action == scsi::FaultSpec::Action::None ? "none" : text;
 }
 
 void AttachedDisk::resize(uint64_t bytes) {

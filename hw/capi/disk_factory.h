@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,7 @@
 #include "hvstor/perf/vm.h"
 #include "hvstor/run_gate.h"
 #include "hvstor/scsi/disk.h"
+#include "hvstor/state.h"
 #include "hvstor/storvsp/controller.h"
 
 namespace hvstor::capi {
@@ -77,6 +79,13 @@ public:
     // Replaces the injected fault (hvstor/scsi/fault.h; "none" clears it). Throws DiskError
     // with the reason when the text is not a fault; nothing changes then.
     void set_fault(std::string_view text);
+    // The fault in effect, as it was set ("none" for none).
+    std::string fault() const;
+    // Saved state: the fault's text and where it stands (scsi::FaultCounts). A load reads
+    // it whole and checks it before anything changes; then the disk's fault is the saved
+    // one, going on from its counts. A bad one fails the reader.
+    void save_fault(state::Writer& w) const;
+    void load_fault(state::Reader& r);
     // See scsi::Disk::suspend_faults.
     void suspend_faults(bool on) { disk_->suspend_faults(on); }
     // See perf::ModelBackend::abandon and StorageGate::abandon: what the model holds back,
@@ -102,6 +111,10 @@ private:
     StorageGate* gate_ = nullptr;          // around the storage, when built with a run gate
     std::unique_ptr<scsi::Disk> disk_;
     bool attached_ = false;
+    // fault_, and its change with the disk's. Taken after the controller's lock and before
+    // the injector's; held while a change releases the commands a stall held.
+    mutable std::mutex fault_mu_;
+    std::string fault_ = "none";
 };
 
 // Why a disk could not be built, in words for the user: bad settings name the setting.

@@ -186,7 +186,8 @@ void ScsiController::save(state::Writer& w) {
     for (const auto& d : disks_) {
         w.u8(d->lun());
         w.boolean(d->model() != nullptr);
-        if (d->model()) d->model()->save(w);
+        d->save_fault(w);
+        if (d->model()) d->model()->save(w); // last: its buckets are the bytes a clock changes
     }
 }
 
@@ -210,8 +211,12 @@ void ScsiController::load(state::Reader& r) {
             break;
         }
         seen[lun] = true;
-        if (!modelled) continue;
-        // The model's buckets as they are now, for abort_load().
+        // The disk's fault and the model's buckets as they are now, for abort_load().
+        state::Writer fault_before;
+        (*d)->save_fault(fault_before);
+        faults_before_.emplace_back(lun, fault_before.take());
+        (*d)->load_fault(r);
+        if (!modelled || !r.ok()) continue;
         state::Writer before;
         (*d)->model()->save(before);
         models_before_.emplace_back(lun, before.take());
@@ -223,6 +228,7 @@ void ScsiController::finish_load() {
     ctl_->finish_load();
     std::lock_guard lock(mu_);
     models_before_.clear();
+    faults_before_.clear();
 }
 
 void ScsiController::abort_load() {
@@ -234,6 +240,12 @@ void ScsiController::abort_load() {
         if (d != disks_.end() && (*d)->model()) (*d)->model()->load(r);
     }
     models_before_.clear();
+    for (const auto& before : faults_before_) {
+        auto d = std::find_if(disks_.begin(), disks_.end(), [&](const auto& x) { return x->lun() == before.first; });
+        state::Reader r(before.second);
+        if (d != disks_.end()) (*d)->load_fault(r);
+    }
+    faults_before_.clear();
 }
 
 Machine::Machine(Host& host, const MachineConfig& cfg)
@@ -273,7 +285,8 @@ void Machine::reset() {
 namespace {
 
 constexpr uint32_t kStateTag = 0x414d5648; // "HVMA"
-constexpr uint32_t kStateVersion = 1;
+// 2: each disk's fault (its text and counts), between its model flag and its model's state.
+constexpr uint32_t kStateVersion = 2;
 
 } // namespace
 
@@ -315,7 +328,9 @@ void Machine::load_parts(std::span<const uint8_t> data) {
     auto check = [&r] {
         if (!r.ok()) throw std::runtime_error("hv-vmbus-bridge state: " + r.error());
     };
-    r.begin(kStateTag, kStateVersion, "the machine's state");
+    // This build's version only: an older stream lays its disks out otherwise.
+    const uint32_t version = r.begin(kStateTag, kStateVersion, "the machine's state");
+    if (r.ok() && version != kStateVersion) r.fail("the machine's state", "has a version this build cannot load", version);
     check();
     if (!partition_.load(r)) check();
     if (!server_.load(r)) check();

@@ -598,7 +598,8 @@ static const HvPropDoc hv_disk_docs[] = {
     { "stats", "statistics, a JSON object: the disk's I/O, or its model's (read-only)" },
     { "fault", "fail, stall or answer chosen I/O: the id of an -object hv-fault, or its "
                "settings as text, e.g. error=medium,,ops=read,,lba=0-99 "
-               "(docs/fault-injection.md); settable at run time" },
+               "(docs/fault-injection.md); settable at run time, read back as the text in "
+               "effect, which savevm and migration carry" },
     { "capacity", "the disk's size in bytes; set at run time, the guest gets UNIT ATTENTION "
                   "and rescans" },
     { "rerror", "with drive=: what a failed read does: report (the guest gets the error), "
@@ -642,10 +643,18 @@ static void hv_disk_get_stats(Object *obj, Visitor *v, const char *name, void *o
  * value=stall=hold,ops=write; srb=aborted,scsi=check-condition,sense=6/2a/09 answers with
  * exactly those transport fields. "none" clears it. See docs/fault-injection.md.
  */
+/* Once realized, the fault in effect as text: what was set, or what a loaded state had. */
 static char *hv_disk_get_fault(Object *obj, Error **errp)
 {
     HvDisk *d = HV_DISK(obj);
+    char *text = d->disk ? hvstor_disk_fault(d->disk) : NULL;
+    char *out;
 
+    if (text) {
+        out = g_strdup(text);
+        free(text);
+        return out;
+    }
     return g_strdup(d->fault ? d->fault : "none");
 }
 

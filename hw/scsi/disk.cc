@@ -97,6 +97,8 @@ detail::Target Disk::target() {
 }
 
 void Disk::set_fault(const FaultSpec& spec) { faults_->set(spec); }
+void Disk::set_fault(const FaultSpec& spec, const FaultCounts& counts) { faults_->set(spec, &counts); }
+FaultCounts Disk::fault_counts() const { return faults_->counts(); }
 void Disk::stop_faults() { faults_->stop(); }
 void Disk::suspend_faults(bool on) { faults_->suspend(on); }
 
@@ -147,14 +149,15 @@ void Disk::submit(std::span<Command* const> cmds) {
     size_t n = 0;
     for (Command* cmd : cmds) {
         cmd->transport = {};
+        cmd->fault_mark = {};
         trace_command(*cmd, cfg_);
         if (report_capacity_change(*cmd)) {
-            deliver(*cmd, stats_, sink_, cfg_.trace_id);
+            finish(*cmd);
             continue;
         }
         switch (faults_->check(*cmd)) {
         case detail::FaultInjector::Verdict::Answered:
-            deliver(*cmd, stats_, sink_, cfg_.trace_id);
+            finish(*cmd);
             continue;
         case detail::FaultInjector::Verdict::Held:
             continue;
@@ -163,7 +166,7 @@ void Disk::submit(std::span<Command* const> cmds) {
         }
         switch (detail::start_command(*cmd, t)) {
         case detail::Started::Answered:
-            deliver(*cmd, stats_, sink_, cfg_.trace_id);
+            finish(*cmd);
             break;
         case detail::Started::Issued:
             cmd->be_req.queue = cmd->queue;
@@ -184,7 +187,7 @@ void Disk::start_now(Command* cmd) {
     const detail::Target t = target();
     switch (detail::start_command(*cmd, t)) {
     case detail::Started::Answered:
-        deliver(*cmd, stats_, sink_, cfg_.trace_id);
+        finish(*cmd);
         break;
     case detail::Started::Issued: {
         cmd->be_req.queue = cmd->queue;
@@ -197,10 +200,15 @@ void Disk::start_now(Command* cmd) {
     }
 }
 
+void Disk::finish(Command& cmd) {
+    if (cmd.fault_mark.matched) faults_->settled(cmd);
+    deliver(cmd, stats_, sink_, cfg_.trace_id);
+}
+
 void Disk::complete(backend::Request* req) {
     auto* cmd = static_cast<Command*>(req->opaque);
     detail::finish_command(*cmd, *req);
-    deliver(*cmd, stats_, sink_, cfg_.trace_id);
+    finish(*cmd);
 }
 
 } // namespace hvstor::scsi

@@ -15,23 +15,44 @@ bool is_flush(uint8_t opcode) { return opcode == detail::op::kSyncCache10 || opc
 
 namespace detail {
 
-void FaultInjector::set(const FaultSpec& spec) {
+void FaultInjector::set(const FaultSpec& spec, const FaultCounts* counts) {
     std::vector<Command*> now;
     {
         std::lock_guard lock(mu_);
         spec_ = spec;
         matched_ = injected_ = 0;
+        gen_++; // commands the old setting counted settle nothing of this one's
+        unsettled_matched_ = unsettled_injected_ = 0;
         // splitmix64 of the seed: every seed a different, non-zero xorshift state.
         uint64_t z = spec.seed + 0x9E3779B97F4A7C15ull;
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         z ^= z >> 31;
         rng_ = z ? z : 1;
+        if (counts) {
+            matched_ = counts->matched;
+            injected_ = counts->injected;
+            rng_ = counts->rng ? counts->rng : 1;
+        }
         for (const Held& h : held_) now.push_back(h.cmd);
         held_.clear();
         active_.store(spec.action != FaultSpec::Action::None && !suspended_);
     }
     release(std::move(now));
+}
+
+FaultCounts FaultInjector::counts() const {
+    std::lock_guard lock(mu_);
+    return FaultCounts{matched_ - unsettled_matched_, injected_ - unsettled_injected_, rng_};
+}
+
+void FaultInjector::settled(Command& cmd) {
+    std::lock_guard lock(mu_);
+    if (cmd.fault_mark.gen == gen_) {
+        unsettled_matched_ -= cmd.fault_mark.matched;
+        unsettled_injected_ -= cmd.fault_mark.injected;
+    }
+    cmd.fault_mark = {};
 }
 
 void FaultInjector::suspend(bool on) {
@@ -59,9 +80,11 @@ bool FaultInjector::matches(const Command& cmd) const {
 }
 
 // Whether this matching command is the one to inject into: every=, percent=, count=. mu_ held.
-bool FaultInjector::picked(const Command& cmd) {
-    if (spec_.action == FaultSpec::Action::None || suspended_ || !matches(cmd) || ++matched_ % spec_.every != 0)
-        return false;
+bool FaultInjector::picked(Command& cmd) {
+    if (spec_.action == FaultSpec::Action::None || suspended_ || !matches(cmd)) return false;
+    cmd.fault_mark = {gen_, true, false};
+    unsettled_matched_++;
+    if (++matched_ % spec_.every != 0) return false;
     if (spec_.percent < 100) {
         rng_ ^= rng_ << 13; // xorshift64: the same seed injects into the same commands
         rng_ ^= rng_ >> 7;
@@ -84,6 +107,8 @@ FaultInjector::Verdict FaultInjector::check(Command& cmd) {
         }
     }
     injected_++;
+    cmd.fault_mark.injected = true;
+    unsettled_injected_++;
     stats_.faults.fetch_add(1, std::memory_order_relaxed);
     if (spec_.has_op_status) {
         cmd.transport.op = true;

@@ -23,8 +23,13 @@ public:
     FaultInjector(DiskStats& stats, Start start) : stats_(stats), start_(std::move(start)) {}
     ~FaultInjector() { stop(); }
 
-    // Any thread. Replaces the fault; commands held by the old one start now.
-    void set(const FaultSpec& spec);
+    // Any thread. Replaces the fault; commands held by the old one start now. With counts,
+    // the fault goes on from them (a loaded machine's); else from its start.
+    void set(const FaultSpec& spec, const FaultCounts* counts = nullptr);
+    // See Disk::fault_counts.
+    FaultCounts counts() const;
+    // The command is answered: what this fault counted of it (Command::fault_mark) settles.
+    void settled(Command& cmd);
     // Before a command starts (any thread): Pass (it runs; a transport answer may be set on
     // it, Command::transport), or Answered (its status and sense, or its transport answer,
     // are set: deliver it), or Held (it starts later through Start).
@@ -41,7 +46,7 @@ private:
         Clock::time_point until; // max(): until the fault changes
     };
     bool matches(const Command& cmd) const;
-    bool picked(const Command& cmd);
+    bool picked(Command& cmd);
     Verdict inject(Command& cmd);
     Verdict answer_srb(Command& cmd);
     void release(std::vector<Command*> cmds);
@@ -50,10 +55,12 @@ private:
     DiskStats& stats_;
     Start start_;
     std::atomic<bool> active_{false}; // a fault is set: the only cost on the path without one
-    std::mutex mu_;
+    mutable std::mutex mu_;
     std::condition_variable cv_;
     FaultSpec spec_;
     uint64_t matched_ = 0, injected_ = 0, rng_ = 1;
+    uint64_t gen_ = 0;                                  // set()s so far: the marks' generation
+    uint64_t unsettled_matched_ = 0, unsettled_injected_ = 0; // of commands not yet answered
     std::vector<Held> held_;
     std::thread timer_; // started with the first timed stall
     bool stopping_ = false;

@@ -124,6 +124,12 @@ std::string take(char*& err) {
     return s;
 }
 
+// The disk's fault in effect, as hvstor_disk_fault gives it.
+std::string fault_of(HvstorDisk* d) {
+    char* text = hvstor_disk_fault(d);
+    return take(text);
+}
+
 constexpr uint16_t kPort = 0x5A58;
 constexpr uint8_t kInstance[16] = {0x1b, 0x78, 0xb3, 0xf8, 0x82, 0x1e, 0x18, 0x48,
                                    0xa1, 0xc3, 0x63, 0xd8, 0x06, 0xec, 0x15, 0x00};
@@ -334,12 +340,22 @@ TEST_F(CAbiTest, FaultsAtCreationAndAtRunTime) {
     d.fault = "stall=hold";
     HvstorDisk* disk = hvstor_disk_new(c, &d, &err);
     ASSERT_NE(disk, nullptr) << take(err);
+    EXPECT_EQ(fault_of(disk), "stall=hold");
     EXPECT_FALSE(hvstor_disk_set_fault(disk, "stall=-1", &err));
     EXPECT_EQ(take(err), "fault: stall=-1 is not a number in 1..3600000");
+    EXPECT_EQ(fault_of(disk), "stall=hold") << "a refused fault changed the one in effect";
     EXPECT_TRUE(hvstor_disk_set_fault(disk, "none", &err)) << take(err);
+    EXPECT_EQ(fault_of(disk), "none");
     EXPECT_TRUE(hvstor_disk_set_fault(disk, "error=busy,every=2", &err)) << take(err);
+    EXPECT_EQ(fault_of(disk), "error=busy,every=2");
+    // Longer than any state carries (repeated keys parse: the last one counts).
+    std::string lengthy = "error=busy";
+    while (lengthy.size() <= 4096) lengthy += ",every=2";
+    EXPECT_FALSE(hvstor_disk_set_fault(disk, lengthy.c_str(), &err));
+    EXPECT_EQ(take(err), "fault: a text of " + std::to_string(lengthy.size()) + " bytes (at most 4096)");
     EXPECT_FALSE(hvstor_disk_set_fault(nullptr, "none", &err));
     EXPECT_EQ(take(err), "no disk");
+    EXPECT_EQ(hvstor_disk_fault(nullptr), nullptr);
 }
 
 // hv-disk's srb= and opstatus= faults, accepted or refused with the value named.

@@ -476,7 +476,8 @@ TEST_F(MachineTest, ALoadRefusedEarlyKeepsTheControllersOffer) {
 
 // A load refused at its last step leaves the machine as it was, down to what it saves: the
 // disk model's buckets (the state's were drained by reads), the controller's reset answer
-// (the state's is "ignore") and its queues (the state's controller had a subchannel).
+// (the state's is "ignore"), its queues (the state's controller had a subchannel) and the
+// disk's fault (the state's is another).
 TEST_F(MachineTest, ARefusedLoadLeavesTheMachineAsItWas) {
     capi::DiskSpec spec = ram(false);
     spec.perf = "iops=0.01,burst=off";
@@ -487,6 +488,7 @@ TEST_F(MachineTest, ARefusedLoadLeavesTheMachineAsItWas) {
     guest.send(*ch, sub);
     guest.wait_message<vmbus::OfferChannel>(vmbus::MsgType::OfferChannel);
     controller->set_reset("ignore");
+    disk->set_fault("error=medium,ops=write");
     reads_held(4);
     machine->set_running(false);
     std::vector<uint8_t> state = machine->save();
@@ -494,11 +496,13 @@ TEST_F(MachineTest, ARefusedLoadLeavesTheMachineAsItWas) {
 
     capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
     capi::ScsiController& c = next.add_controller(instance(), {});
-    c.add_disk(spec);
+    capi::AttachedDisk& d = c.add_disk(spec);
+    d.set_fault("error=busy,every=3");
     const std::vector<uint8_t> before = next.save();
     state.push_back(0); // a byte too many: refused once everything else was read
     EXPECT_THROW(next.load(state), std::runtime_error);
     EXPECT_EQ(c.reset(), "answer");
+    EXPECT_EQ(d.fault(), "error=busy,every=3");
     EXPECT_EQ(next.save(), before);
 }
 
@@ -571,6 +575,81 @@ TEST_F(MachineTest, AQueueSavedOpenOnAClosedChannelStartsNoSession) {
     EXPECT_FALSE(guest2.poll(*fresh));
 }
 
+// The loading machine for the tests below: the rig's controller and a disk from `spec`, no
+// fault of its own, its guest on the saved channel.
+struct Loaded {
+    Loaded(FakeHost& host, const vmbus::Guid& instance, const capi::DiskSpec& spec)
+        : machine(host, capi::MachineConfig{2, 0x5A58}), g(host, machine.partition()),
+          guest(host, machine.partition(), g), ctl(machine.add_controller(instance, {})), disk(ctl.add_disk(spec)) {}
+    // The next answer to a request (a rescan notice skipped).
+    FakeStorvsc::Completion answer(FakeStorvsc::Chan& ch) {
+        auto r = guest.wait(ch);
+        while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest.wait(ch);
+        return r;
+    }
+
+    capi::Machine machine;
+    FakeGuest g;
+    FakeStorvsc guest;
+    capi::ScsiController& ctl;
+    capi::AttachedDisk& disk;
+};
+
+// A fault set while the guest runs is the loaded machine's, and goes on where it was: the
+// second read since it was set fails (every=2), though it is the first read the loaded
+// machine sees.
+TEST_F(MachineTest, ALoadedMachineHasTheSavedFaultWhereItWas) {
+    ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
+    disk->set_fault("error=medium,ops=read,every=2");
+    EXPECT_EQ(rw(false, 8, kBuf).pkt.srb.scsi_status, 0) << "the first read passes";
+    machine->set_running(false);
+    const std::vector<uint8_t> state = machine->save();
+    FakeStorvsc::Chan ch2 = *ch;
+    machine.reset();
+
+    Loaded next(host, instance(), ram(false));
+    EXPECT_EQ(next.disk.fault(), "none");
+    ASSERT_NO_THROW(next.machine.load(state));
+    EXPECT_EQ(next.disk.fault(), "error=medium,ops=read,every=2");
+    next.machine.set_running(true);
+    next.guest.send_srb(ch2, rw10(false, 0, 8), kBuf, 4096);
+    EXPECT_EQ(next.answer(ch2).pkt.srb.scsi_status, 2) << "the second read: CHECK CONDITION, MEDIUM ERROR";
+    next.guest.send_srb(ch2, rw10(false, 0, 8), kBuf, 4096);
+    EXPECT_EQ(next.answer(ch2).pkt.srb.scsi_status, 0) << "the third read passes";
+}
+
+// A read a stall holds at the save is executed again after the load and held again: its
+// injection is not counted twice (count=1 would let it through otherwise). Clearing the
+// fault answers it, once.
+TEST_F(MachineTest, AReadAStallHeldIsHeldAgainAfterTheLoad) {
+    ASSERT_NO_FATAL_FAILURE(serve(ram(false)));
+    disk->set_fault("stall=hold,ops=read,count=1");
+    const uint64_t id = guest.send_srb(*ch, rw10(false, 0, 8), kBuf, 4096);
+    while (disk->scsi().stats().stalled.load() == 0) std::this_thread::yield();
+    machine->set_running(false);
+    const std::vector<uint8_t> state = machine->save();
+    FakeStorvsc::Chan ch2 = *ch;
+    machine.reset();
+
+    Loaded next(host, instance(), ram(false));
+    ASSERT_NO_THROW(next.machine.load(state));
+    next.machine.set_running(true);
+    // Either the read is held again or it is answered: wait for one of the two.
+    bool answered = false;
+    while (next.disk.scsi().stats().stalled.load() == 0 && !answered) {
+        const auto r = next.guest.poll(ch2);
+        answered = r && r->pkt.operation != uint32_t(Operation::EnumerateBus);
+        std::this_thread::yield();
+    }
+    ASSERT_FALSE(answered) << "the held read went through after the load";
+    ASSERT_EQ(next.disk.scsi().stats().stalled.load(), 1u);
+    next.disk.set_fault("none");
+    const auto r = next.answer(ch2);
+    EXPECT_EQ(r.trans_id, id);
+    EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_FALSE(next.guest.poll(ch2)) << "the read was answered twice";
+}
+
 // Each disk of the state once: one listed twice stands for a disk the state lacks.
 TEST_F(MachineTest, ALoadRefusesADiskListedTwice) {
     capi::ScsiController& c = machine->add_controller(instance(), {});
@@ -580,10 +659,12 @@ TEST_F(MachineTest, ALoadRefusesADiskListedTwice) {
     c.add_disk(second);
     machine->set_running(false);
     std::vector<uint8_t> state = machine->save();
-    // The state ends with the disks: LUN 0 and LUN 1, neither modelled. Both LUN 1 now.
-    ASSERT_EQ(state[state.size() - 4], 0);
-    ASSERT_EQ(state[state.size() - 2], 1);
-    state[state.size() - 4] = 1;
+    // The state ends with the disks: LUN 0 and LUN 1, neither modelled, each with its fault
+    // ("none": its length, its text, three counts). Both LUN 1 now.
+    constexpr size_t kDisk = 1 + 1 + 4 + 4 + 3 * 8;
+    ASSERT_EQ(state[state.size() - 2 * kDisk], 0);
+    ASSERT_EQ(state[state.size() - kDisk], 1);
+    state[state.size() - 2 * kDisk] = 1;
     try {
         machine->load(state);
         ADD_FAILURE() << "a state with a disk listed twice was loaded";

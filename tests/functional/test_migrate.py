@@ -5,8 +5,9 @@ old one lets go of it when the migration completes); a disk model (a low IOPS ca
 requests queued in the host at each move. Stock 6.12 with 2 vCPUs: the primary channel and a
 subchannel are open. The guest moves twice: live, over a UNIX socket, to a second QEMU
 process, then through a file the second writes and a third reads. Each new QEMU must have
-both channels open; fio must finish its run and verification without an error, and no QEMU
-may log a guest error.
+both channels open and the disk's fault (set over QMP before the first move, on blocks fio
+never touches); fio must finish its run and verification without an error, and no QEMU may
+log a guest error.
 
 The host waits for progress by asking the controller how many requests it answered; no step
 is sized to how long anything takes."""
@@ -14,7 +15,7 @@ is sized to how long anything takes."""
 from typing import Any
 
 from conftest import Boot, Checks, Machine
-from statelib import answered_past, controller, end_checks, fio_guest, outstanding
+from statelib import DISK, answered_past, controller, end_checks, far_fault, fault, fio_guest, outstanding
 
 # Requests answered before each move: enough that the run is under way.
 STEP = 300
@@ -30,10 +31,13 @@ def move(m: Machine, via: str, checks: Checks) -> None:
           flush=True)
     checks.that(after["open_channels"] == 2, f"via {via}: the primary and its subchannel are open in the new QEMU")
     checks.that(status == "running", f"via {via}: the new QEMU runs the guest ({status})")
+    moved_fault = fault(m)
+    checks.that(moved_fault == far_fault(0), f"via {via}: the new QEMU's disk has the fault set before ({moved_fault})")
 
 
 def test_migrate(boot: Boot, checks: Checks, tmp_path: Any) -> None:
     m = boot(fio_guest(tmp_path, "move", "16M", 400))
+    m.qmp("qom-set", path=DISK, property="fault", value=far_fault(0))
     move(m, "socket", checks)
     move(m, "file", checks)
     end_checks(m, tmp_path, "move", checks)

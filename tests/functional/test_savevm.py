@@ -5,7 +5,8 @@ the VM; a disk model (100 IOPS, far below what the guest asks) keeps requests qu
 host. Stock 6.12 with 2 vCPUs opens the primary channel and one subchannel. Three times over:
 stop at a moment requests are in flight (the controller's counts say so; a stop that finds
 none is undone and tried again), savevm, let fio run on, stop, loadvm, and check that the
-loaded machine has both channels open again; then cont. fio goes back to the saved moment
+loaded machine has both channels open again and the disk's fault the snapshot's (one set
+over QMP before the save, on blocks fio never touches, and cleared after it); then cont. fio goes back to the saved moment
 each time (its own state and the disk's data are the snapshot's), and must finish its run
 and its verification without an error: every request outstanding at the save was answered
 after the load, with the right data.
@@ -16,7 +17,8 @@ is sized to how long anything takes."""
 from typing import Any
 
 from conftest import Boot, Checks, Machine
-from statelib import answered_past, controller, end_checks, fio_guest, outstanding, stop_with_requests_in_flight
+from statelib import (DISK, answered_past, controller, end_checks, far_fault, fault, fio_guest, outstanding,
+                      stop_with_requests_in_flight)
 
 CYCLES = 3
 # Requests answered between two steps: enough that the run moves on in between.
@@ -32,10 +34,12 @@ def hmp(m: Machine, line: str) -> str:
 
 def cycle(m: Machine, i: int, checks: Checks) -> None:
     answered_past(m, STEP)
+    m.qmp("qom-set", path=DISK, property="fault", value=far_fault(i))
     before = stop_with_requests_in_flight(m)
     saved = hmp(m, f"savevm s{i}")
     checks.that(saved == "", f"cycle {i}: savevm went well ({saved or 'no message'})")
     m.qmp("cont")
+    m.qmp("qom-set", path=DISK, property="fault", value="none")
     answered_past(m, STEP)
     m.qmp("stop")
     loaded = hmp(m, f"loadvm s{i}")
@@ -47,6 +51,8 @@ def cycle(m: Machine, i: int, checks: Checks) -> None:
     checks.that(before["open_channels"] == 2 and after["open_channels"] == 2,
                 f"cycle {i}: the primary and its subchannel are open after the load")
     checks.that(status == "paused", f"cycle {i}: the VM waits for cont after the load ({status})")
+    loaded_fault = fault(m)
+    checks.that(loaded_fault == far_fault(i), f"cycle {i}: the disk has the snapshot's fault ({loaded_fault})")
     m.qmp("cont")
 
 

@@ -501,7 +501,8 @@ def perf_seeds() -> Seeds:
 # ---------------------------------------------------------------------------------------------
 # saved_state (tests/fuzz/saved_state.cc): states the target's own machine saves at a few points
 # of a guest's life (fresh, connected, a channel open, reads queued behind the disk model's
-# cap, a reset held, a subchannel open). None when there is no fuzz build to run.
+# cap, a reset held, a subchannel open, a stall fault holding a read). None when there is no
+# fuzz build to run.
 def saved_state_seeds() -> Seeds | None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     build = os.environ.get('HVSTOR_FUZZ_BUILD') or os.path.join(root, '.cache', 'build-fuzz')

@@ -1,6 +1,7 @@
 // The saved-state loader (capi::Machine::load, behind hvstor_vmbus_load): a migration stream
 // or a savevm file is untrusted input, read by the partition and its SynIC, the VMBus server,
-// each controller and its queues, and each modelled disk's buckets (hvstor/state.h).
+// each controller and its queues, each disk's fault and each modelled disk's buckets
+// (hvstor/state.h).
 //
 // The machine is the one tests/capi/machine_rig.h builds: two VPs, one SCSI controller (here
 // with one subchannel at most, its channels turning in an event loop this thread runs, so no
@@ -493,6 +494,19 @@ Seeds make_seeds() {
         g.reads(1, 1, 1);
         perf::ModelBackend& model = *rig.modelled->model();
         g.pump([&] { return model.stats().queued + model.stats().issued >= 4; });
+    });
+    // A stall fault on the modelled disk under way: of three reads the second is held by it,
+    // the others by the model's cap; its counts carried.
+    seed(s, "fault", [](SeedGuest& g, Rig& rig) {
+        g.connect();
+        g.open(0, rig.ctl->controller().primary_relid());
+        g.handshake();
+        rig.modelled->set_fault("stall=hold,ops=read,every=2,count=3");
+        g.reads(0, 1, 3);
+        perf::ModelBackend& model = *rig.modelled->model();
+        g.pump([&] {
+            return rig.modelled->scsi().stats().stalled.load() == 1 && model.stats().queued + model.stats().issued >= 2;
+        });
     });
     return s;
 }

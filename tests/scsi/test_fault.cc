@@ -180,6 +180,44 @@ TEST_F(FaultTest, TimedStallEndsByItself) {
     EXPECT_EQ(rig.disk.stats().stalled.load(), 0u);
 }
 
+// What a save carries of a fault (Disk::fault_counts): a command the fault counted is left
+// out until it is answered, wherever it waits (the backend, a stall), as a load executes it
+// again; one answered at once is in at once. A fault set with counts goes on from them.
+TEST_F(FaultTest, CountsLeaveOutWhatIsNotAnswered) {
+    be.defer = true;
+    inject("error=busy,ops=read,every=2");
+    Io first(cdb10(kRead10, 0, 1), Dir::FromDevice, 512);
+    rig.disk.submit(&first.cmd); // matched, passes: in the backend
+    EXPECT_EQ(rig.disk.fault_counts().matched, 0u);
+    Io second(cdb10(kRead10, 8, 1), Dir::FromDevice, 512);
+    rig.disk.submit(&second.cmd); // matched, injected: answered BUSY at once
+    EXPECT_EQ(second.status(), kStatusBusy);
+    FaultCounts c = rig.disk.fault_counts();
+    EXPECT_EQ(c.matched, 1u);
+    EXPECT_EQ(c.injected, 1u);
+    be.release();
+    rig.sink.wait_total(2);
+    c = rig.disk.fault_counts();
+    EXPECT_EQ(c.matched, 2u);
+    EXPECT_EQ(c.injected, 1u);
+
+    be.defer = false;
+    rig.disk.set_fault(parse_ok("stall=hold,ops=write,count=1"));
+    Io w(cdb10(kWrite10, 0, 1), Dir::ToDevice, 512);
+    rig.disk.submit(&w.cmd);
+    EXPECT_EQ(rig.disk.stats().stalled.load(), 1u);
+    c = rig.disk.fault_counts();
+    EXPECT_EQ(c.matched, 0u) << "the held write is counted";
+    EXPECT_EQ(c.injected, 0u);
+
+    // Going on from counts: the read matched once already, so the next one is the second.
+    rig.disk.set_fault(parse_ok("error=busy,ops=read,every=2"), FaultCounts{1, 0, 1});
+    rig.sink.wait_total(3); // the held write, released by the change
+    Io third(cdb10(kRead10, 16, 1), Dir::FromDevice, 512);
+    rig.run(third);
+    EXPECT_EQ(third.status(), kStatusBusy);
+}
+
 // Before a disk's backend is drained for good, every held command goes to the backend.
 TEST_F(FaultTest, StopReleasesEverythingHeld) {
     inject("stall=hold");

@@ -352,6 +352,12 @@ char *hvstor_disk_stats_json(HvstorDisk *d);
  */
 bool hvstor_disk_set_fault(HvstorDisk *d, const char *fault, char **err);
 /*
+ * The disk's fault in effect, as text (malloc'd; free() it): as it was set, or as a loaded
+ * state had it (savevm and migration carry it); "none" for none. NULL on failure or for a
+ * NULL disk.
+ */
+char *hvstor_disk_fault(HvstorDisk *d);
+/*
  * Changes the disk's capacity to `bytes` while the guest runs. The next command the guest
  * sends to it gets CHECK CONDITION, UNIT ATTENTION, CAPACITY DATA HAS CHANGED (2A/09) once,
  * and READ CAPACITY reports the new size. A file grows (it is extended) and shrinks (it

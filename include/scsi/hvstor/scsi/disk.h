@@ -66,6 +66,12 @@ struct Command {
 
     // The disk's own, for one backend request per command (no allocation per I/O).
     backend::Request be_req;
+    // The disk's own: what its fault counted of this command until it is answered
+    // (Disk::fault_counts). gen: the fault's setting that counted it.
+    struct FaultMark {
+        uint64_t gen = 0;
+        bool matched = false, injected = false;
+    } fault_mark;
 };
 
 class CommandSink {
@@ -135,6 +141,12 @@ public:
     // one held. Call stop_faults() before draining the backend for good: it releases every
     // held command to the backend and no fault applies afterwards.
     void set_fault(const FaultSpec& spec);
+    // A fault that goes on from `counts` (a loaded machine's), not from its start.
+    void set_fault(const FaultSpec& spec, const FaultCounts& counts);
+    // The counts as a save carries them: a command not yet answered (held by a stall, in
+    // the backend or a disk model) is executed again after a load and meets the fault again,
+    // so what the fault counted of it is not in them.
+    FaultCounts fault_counts() const;
     void stop_faults();
     // While suspended no fault applies and nothing is held (a machine reset waits for
     // every request); the fault applies again after suspend_faults(false).
@@ -143,6 +155,7 @@ public:
 private:
     void complete(backend::Request* req) override; // backend requests this disk issued
     void start_now(Command* cmd);                  // a command released by the injector
+    void finish(Command& cmd);                     // answers it (the fault's counts settle)
     bool report_capacity_change(Command& cmd);     // true: answered with the unit attention
     detail::Target target();
 

@@ -64,6 +64,16 @@ struct FaultSpec {
     bool operator==(const FaultSpec&) const = default;
 };
 
+// Where a fault's every=, percent= and count= stand: commands matched, injections made, the
+// generator's state. A saved machine carries them (its fault goes on where it was).
+struct FaultCounts {
+    uint64_t matched = 0;
+    uint64_t injected = 0;
+    uint64_t rng = 1; // never 0 (xorshift)
+
+    bool operator==(const FaultCounts&) const = default;
+};
+
 // False with a message naming the setting when `text` is not a fault as described above.
 // "" and "none" are no fault.
 bool parse_fault(std::string_view text, FaultSpec& out, std::string& err);
