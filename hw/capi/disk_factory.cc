@@ -112,8 +112,13 @@ void AttachedDisk::set_fault(std::string_view text) {
         throw DiskError("fault: a text of " + std::to_string(text.size()) + " bytes (at most " +
                         std::to_string(kFaultTextMax) + ")");
     if (!scsi::parse_fault(text, f, err)) throw DiskError(err);
+    apply_fault(f, text, nullptr);
+}
+
+void AttachedDisk::apply_fault(const scsi::FaultSpec& f, std::string_view text, const scsi::FaultCounts* counts) {
     std::lock_guard lock(fault_mu_);
-    disk_->set_fault(f);
+    if (counts) disk_->set_fault(f, *counts);
+    else disk_->set_fault(f);
     fault_ = f.action == scsi::FaultSpec::Action::None ? "none" : std::string(text);
 }
 
@@ -122,16 +127,19 @@ std::string AttachedDisk::fault() const {
     return fault_;
 }
 
-void AttachedDisk::save_fault(state::Writer& w) const {
-    std::lock_guard lock(fault_mu_);
-    const scsi::FaultCounts c = disk_->fault_counts();
-    w.str(fault_);
-    w.u64(c.matched);
-    w.u64(c.injected);
-    w.u64(c.rng);
+void AttachedDisk::save(state::Writer& w) {
+    {
+        std::lock_guard lock(fault_mu_);
+        const scsi::FaultCounts c = disk_->fault_counts();
+        w.str(fault_);
+        w.u64(c.matched);
+        w.u64(c.injected);
+        w.u64(c.rng);
+    }
+    if (model_) model_->save(w);
 }
 
-void AttachedDisk::load_fault(state::Reader& r) {
+void AttachedDisk::load(state::Reader& r) {
     const std::string text = r.str("a disk's fault", kFaultTextMax);
     scsi::FaultCounts c;
     c.matched = r.u64("a fault's matched commands");
@@ -142,9 +150,8 @@ void AttachedDisk::load_fault(state::Reader& r) {
     std::string err;
     if (!scsi::parse_fault(text, f, err)) return r.fail("a disk's fault", "is not a fault; its length is", text.size());
     if (c.rng == 0) return r.fail("a fault's generator", "is zero, which no generator reaches:", 0);
-    std::lock_guard lock(fault_mu_);
-    disk_->set_fault(f, c);
-    fault_ = f.action == scsi::FaultSpec::Action::None ? "none" : text;
+    apply_fault(f, text, &c);
+    if (model_) model_->load(r);
 }
 
 void AttachedDisk::resize(uint64_t bytes) {

@@ -81,11 +81,12 @@ public:
     void set_fault(std::string_view text);
     // The fault in effect, as it was set ("none" for none).
     std::string fault() const;
-    // Saved state: the fault's text and where it stands (scsi::FaultCounts). A load reads
-    // it whole and checks it before anything changes; then the disk's fault is the saved
-    // one, going on from its counts. A bad one fails the reader.
-    void save_fault(state::Writer& w) const;
-    void load_fault(state::Reader& r);
+    // Saved state: the fault's text and where it stands (scsi::FaultCounts), then the
+    // model's buckets when the disk has a model (last: the bytes a clock changes). A load
+    // reads the fault whole and checks it before anything changes; then the disk's fault
+    // is the saved one, going on from its counts. A bad one fails the reader.
+    void save(state::Writer& w);
+    void load(state::Reader& r);
     // See scsi::Disk::suspend_faults.
     void suspend_faults(bool on) { disk_->suspend_faults(on); }
     // See perf::ModelBackend::abandon and StorageGate::abandon: what the model holds back,
@@ -101,6 +102,8 @@ public:
 private:
     friend class DiskFactory;
     AttachedDisk(storvsp::Controller& ctl, uint8_t lun, std::string name, bool notices);
+    // The fault `f`, written as `text`; going on from `counts` when given.
+    void apply_fault(const scsi::FaultSpec& f, std::string_view text, const scsi::FaultCounts* counts);
 
     storvsp::Controller& ctl_;
     const uint8_t lun_;

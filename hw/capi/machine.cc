@@ -186,8 +186,7 @@ void ScsiController::save(state::Writer& w) {
     for (const auto& d : disks_) {
         w.u8(d->lun());
         w.boolean(d->model() != nullptr);
-        d->save_fault(w);
-        if (d->model()) d->model()->save(w); // last: its buckets are the bytes a clock changes
+        d->save(w);
     }
 }
 
@@ -211,41 +210,29 @@ void ScsiController::load(state::Reader& r) {
             break;
         }
         seen[lun] = true;
-        // The disk's fault and the model's buckets as they are now, for abort_load().
-        state::Writer fault_before;
-        (*d)->save_fault(fault_before);
-        faults_before_.emplace_back(lun, fault_before.take());
-        (*d)->load_fault(r);
-        if (!modelled || !r.ok()) continue;
+        // The disk as it is now, for abort_load().
         state::Writer before;
-        (*d)->model()->save(before);
-        models_before_.emplace_back(lun, before.take());
-        (*d)->model()->load(r);
+        (*d)->save(before);
+        disks_before_.emplace_back(lun, before.take());
+        (*d)->load(r);
     }
 }
 
 void ScsiController::finish_load() {
     ctl_->finish_load();
     std::lock_guard lock(mu_);
-    models_before_.clear();
-    faults_before_.clear();
+    disks_before_.clear();
 }
 
 void ScsiController::abort_load() {
     ctl_->abort_load();
     std::lock_guard lock(mu_);
-    for (const auto& before : models_before_) {
+    for (const auto& before : disks_before_) {
         auto d = std::find_if(disks_.begin(), disks_.end(), [&](const auto& x) { return x->lun() == before.first; });
         state::Reader r(before.second);
-        if (d != disks_.end() && (*d)->model()) (*d)->model()->load(r);
+        if (d != disks_.end()) (*d)->load(r);
     }
-    models_before_.clear();
-    for (const auto& before : faults_before_) {
-        auto d = std::find_if(disks_.begin(), disks_.end(), [&](const auto& x) { return x->lun() == before.first; });
-        state::Reader r(before.second);
-        if (d != disks_.end()) (*d)->load_fault(r);
-    }
-    faults_before_.clear();
+    disks_before_.clear();
 }
 
 Machine::Machine(Host& host, const MachineConfig& cfg)

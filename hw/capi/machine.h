@@ -115,12 +115,11 @@ private:
     std::unique_ptr<AttachedDisk> take(const AttachedDisk* disk);
     std::unique_ptr<AttachedDisk> take_locked(const AttachedDisk* disk); // mu_ held
 
-    std::mutex mu_;  // disks_, removals_, models_before_, faults_before_: the glue may realize devices from more than one thread
+    std::mutex mu_;  // disks_, removals_, disks_before_: the glue may realize devices from more than one thread
     std::vector<std::unique_ptr<AttachedDisk>> disks_;
-    // load(): the state of each model it loaded, by LUN, as it was before, for abort_load().
-    std::vector<std::pair<uint8_t, std::vector<uint8_t>>> models_before_;
-    // The disks' faults as they were before a load (save_fault's form), for abort_load().
-    std::vector<std::pair<uint8_t, std::vector<uint8_t>>> faults_before_;
+    // load(): each disk it loaded, by LUN, as it was before (AttachedDisk::save), for
+    // abort_load().
+    std::vector<std::pair<uint8_t, std::vector<uint8_t>>> disks_before_;
     // Removal threads: each finishes a disk, which completes through the controller, so
     // they are joined before it goes; finished ones when the next removal starts.
     struct RemovalState {

@@ -641,9 +641,10 @@ static void hv_disk_get_stats(Object *obj, Visitor *v, const char *name, void *o
  * Fault injection, e.g. fault=error=medium,,ops=read (commas doubled on the command line)
  * or, while the guest runs: qom-set path=/machine/peripheral/ID property=fault
  * value=stall=hold,ops=write; srb=aborted,scsi=check-condition,sense=6/2a/09 answers with
- * exactly those transport fields. "none" clears it. See docs/fault-injection.md.
+ * exactly those transport fields. "none" clears it. See docs/fault-injection.md. Once
+ * realized it reads back as the fault in effect, as text: what was set, or what a loaded
+ * state had.
  */
-/* Once realized, the fault in effect as text: what was set, or what a loaded state had. */
 static char *hv_disk_get_fault(Object *obj, Error **errp)
 {
     HvDisk *d = HV_DISK(obj);

@@ -32,7 +32,7 @@ void FaultInjector::set(const FaultSpec& spec, const FaultCounts* counts) {
         if (counts) {
             matched_ = counts->matched;
             injected_ = counts->injected;
-            rng_ = counts->rng ? counts->rng : 1;
+            rng_ = counts->rng ? counts->rng : 1; // 0 would stay 0
         }
         for (const Held& h : held_) now.push_back(h.cmd);
         held_.clear();

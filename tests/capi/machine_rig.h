@@ -86,14 +86,16 @@ struct MachineRig {
         std::make_unique<capi::Machine>(host, capi::MachineConfig{2, 0x5A58});
     FakeGuest g{host, machine->partition()};
     FakeStorvsc guest{host, machine->partition(), g};
-    // The next completion that is not a rescan notice; counts the notices.
-    FakeStorvsc::Completion completion() {
+    // The next completion on `c` that is not a rescan notice; `rescans` counts the notices.
+    static FakeStorvsc::Completion answer(FakeStorvsc& guest, FakeStorvsc::Chan& c, int* rescans = nullptr) {
         for (;;) {
-            auto r = guest.wait(*ch);
+            auto r = guest.wait(c);
             if (r.pkt.operation != uint32_t(Operation::EnumerateBus)) return r;
-            rescans++;
+            if (rescans) ++*rescans;
         }
     }
+    // The same on the rig's channel; counts the notices.
+    FakeStorvsc::Completion completion() { return answer(guest, *ch, &rescans); }
 
     capi::ScsiController* controller = nullptr;
     capi::AttachedDisk* disk = nullptr;

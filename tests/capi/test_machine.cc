@@ -362,6 +362,22 @@ namespace {
 // queued behind its disk's cap, is torn down (the source QEMU goes), and a new machine over
 // the same guest memory loads the state. Once the VM runs, the guest gets every read it was
 // owed exactly once, on the channel it had open, and the channel serves new requests.
+// A machine to load a saved state into: the rig's controller with a disk from `spec` (no
+// fault of its own) and a guest of its own.
+struct Loaded {
+    Loaded(FakeHost& host, const vmbus::Guid& instance, const capi::DiskSpec& spec)
+        : machine(host, capi::MachineConfig{2, 0x5A58}), g(host, machine.partition()),
+          guest(host, machine.partition(), g), ctl(machine.add_controller(instance, {})), disk(ctl.add_disk(spec)) {}
+    // The next answer to a request on `c` (a rescan notice skipped).
+    FakeStorvsc::Completion answer(FakeStorvsc::Chan& c) { return hvstor::test::MachineRig::answer(guest, c); }
+
+    capi::Machine machine;
+    FakeGuest g;
+    FakeStorvsc guest;
+    capi::ScsiController& ctl;
+    capi::AttachedDisk& disk;
+};
+
 TEST_F(MachineTest, ALoadedMachineAnswersWhatTheSavedOneOwed) {
     capi::DiskSpec spec = ram(false);
     spec.perf = "iops=50,burst=off";
@@ -373,28 +389,21 @@ TEST_F(MachineTest, ALoadedMachineAnswersWhatTheSavedOneOwed) {
     const FakeStorvsc::Chan chan = *ch;
     machine.reset(); // nothing of it may reach guest memory: the VM is still stopped
 
-    capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
-    FakeGuest g2(host, next.partition());
-    FakeStorvsc guest2(host, next.partition(), g2);
-    capi::ScsiController& c = next.add_controller(instance(), {});
-    c.add_disk(spec);
-    ASSERT_NO_THROW(next.load(state));
-    EXPECT_EQ(c.controller().open_channels(), 1u);
-    next.set_running(true);
+    Loaded next(host, instance(), spec);
+    ASSERT_NO_THROW(next.machine.load(state));
+    EXPECT_EQ(next.ctl.controller().open_channels(), 1u);
+    next.machine.set_running(true);
     FakeStorvsc::Chan ch2 = chan;
     std::multiset<uint64_t> answered;
     while (answered.size() < sent.size()) {
-        const auto r = guest2.wait(ch2);
-        if (r.pkt.operation == uint32_t(Operation::EnumerateBus)) continue;
+        const auto r = next.answer(ch2);
         EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess);
         answered.insert(r.trans_id);
     }
     EXPECT_EQ(answered, sent);
-    guest2.send_srb(ch2, rw10(false, 0, 8), kBuf, 4096);
-    auto r = guest2.wait(ch2);
-    while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest2.wait(ch2);
-    EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess);
-    EXPECT_FALSE(guest2.poll(ch2)) << "a request was answered twice";
+    next.guest.send_srb(ch2, rw10(false, 0, 8), kBuf, 4096);
+    EXPECT_EQ(next.answer(ch2).pkt.srb.srb_status, kSrbSuccess);
+    EXPECT_FALSE(next.guest.poll(ch2)) << "a request was answered twice";
 }
 
 // Live migration copies guest RAM while the VM runs and sees the model's writes only through
@@ -433,29 +442,24 @@ TEST_F(MachineTest, AFailedLoadLeavesNothingOfItForTheNextSession) {
     std::vector<uint8_t> state = machine->save();
     machine.reset();
 
-    capi::Machine next(host, capi::MachineConfig{2, 0x5A58});
-    FakeGuest g2(host, next.partition());
-    FakeStorvsc guest2(host, next.partition(), g2);
-    capi::ScsiController& c = next.add_controller(instance(), {});
-    c.add_disk(spec);
-    const uint32_t relid = c.controller().primary_relid();
+    Loaded next(host, instance(), spec);
+    const uint32_t relid = next.ctl.controller().primary_relid();
     state.push_back(0); // a byte too many: refused once everything else was read
-    EXPECT_THROW(next.load(state), std::runtime_error);
-    EXPECT_FALSE(next.server().connected());
-    EXPECT_EQ(c.controller().primary_relid(), relid);
-    EXPECT_EQ(c.controller().open_channels(), 0u);
-    next.set_running(true);
+    EXPECT_THROW(next.machine.load(state), std::runtime_error);
+    EXPECT_FALSE(next.machine.server().connected());
+    EXPECT_EQ(next.ctl.controller().primary_relid(), relid);
+    EXPECT_EQ(next.ctl.controller().open_channels(), 0u);
+    next.machine.set_running(true);
     // A new session on the same ring pages, as a rebooted guest would use them.
-    MachineRig::connect(g2, guest2);
-    auto fresh = guest2.open(relid, kRings, 0x100);
+    MachineRig::connect(next.g, next.guest);
+    auto fresh = next.guest.open(relid, kRings, 0x100);
     ASSERT_TRUE(fresh);
-    ASSERT_TRUE(guest2.handshake(*fresh));
-    const uint64_t id = guest2.send_srb(*fresh, rw10(false, 0, 8), kBuf, 4096);
-    auto r = guest2.wait(*fresh);
-    while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest2.wait(*fresh);
+    ASSERT_TRUE(next.guest.handshake(*fresh));
+    const uint64_t id = next.guest.send_srb(*fresh, rw10(false, 0, 8), kBuf, 4096);
+    const auto r = next.answer(*fresh);
     EXPECT_EQ(r.trans_id, id) << "an answer of the failed load's state reached the new session";
     EXPECT_EQ(r.pkt.srb.srb_status, kSrbSuccess);
-    EXPECT_FALSE(guest2.poll(*fresh));
+    EXPECT_FALSE(next.guest.poll(*fresh));
 }
 
 // A load refused before the bus loaded anything (here at the machine's own section tag) keeps
@@ -569,31 +573,10 @@ TEST_F(MachineTest, AQueueSavedOpenOnAClosedChannelStartsNoSession) {
     ASSERT_TRUE(fresh);
     ASSERT_TRUE(guest2.handshake(*fresh));
     const uint64_t id = guest2.send_srb(*fresh, rw10(false, 0, 8), kBuf, 4096);
-    auto r = guest2.wait(*fresh);
-    while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest2.wait(*fresh);
+    const auto r = MachineRig::answer(guest2, *fresh);
     EXPECT_EQ(r.trans_id, id) << "a read of the state was replayed into the new session";
     EXPECT_FALSE(guest2.poll(*fresh));
 }
-
-// The loading machine for the tests below: the rig's controller and a disk from `spec`, no
-// fault of its own, its guest on the saved channel.
-struct Loaded {
-    Loaded(FakeHost& host, const vmbus::Guid& instance, const capi::DiskSpec& spec)
-        : machine(host, capi::MachineConfig{2, 0x5A58}), g(host, machine.partition()),
-          guest(host, machine.partition(), g), ctl(machine.add_controller(instance, {})), disk(ctl.add_disk(spec)) {}
-    // The next answer to a request (a rescan notice skipped).
-    FakeStorvsc::Completion answer(FakeStorvsc::Chan& ch) {
-        auto r = guest.wait(ch);
-        while (r.pkt.operation == uint32_t(Operation::EnumerateBus)) r = guest.wait(ch);
-        return r;
-    }
-
-    capi::Machine machine;
-    FakeGuest g;
-    FakeStorvsc guest;
-    capi::ScsiController& ctl;
-    capi::AttachedDisk& disk;
-};
 
 // A fault set while the guest runs is the loaded machine's, and goes on where it was: the
 // second read since it was set fails (every=2), though it is the first read the loaded

@@ -37,7 +37,7 @@ from hvmachine.machine import BootResult, Machine  # noqa: E402  pylint: disable
 HANG_GUARD = 1800.0
 EXIT_SKIP = 77
 
-__all__ = ["Controller", "Disk", "Guest", "HANG_GUARD", "Machine", "guest", "go_on", "stats"]
+__all__ = ["Controller", "Disk", "Guest", "HANG_GUARD", "Machine", "fault", "guest", "go_on", "set_fault", "stats"]
 
 
 def _our_qemu() -> Optional[str]:
@@ -173,11 +173,26 @@ def go_on(m: Machine, lun: int, controller: str = "scsi0", dev_id: Optional[str]
           backend="null", size=1 << 20)
 
 
+def _device(path: str) -> str:
+    """A QOM path: an id stands for /machine/peripheral/ID."""
+    return path if path.startswith("/") else "/machine/peripheral/" + path
+
+
+def set_fault(m: Machine, disk: str, value: str) -> None:
+    """qom-set of an hv-disk's fault (`disk`: its id or QOM path); a refusal raises."""
+    m.qmp("qom-set", path=_device(disk), property="fault", value=value)
+
+
+def fault(m: Machine, disk: str) -> str:
+    """The hv-disk's fault in effect, as text."""
+    text: str = m.qmp("qom-get", path=_device(disk), property="fault")
+    return text
+
+
 def stats(m: Machine, path: str) -> Dict[str, Any]:
     """qom-get PATH stats (an hv-disk, an hv-storvsc, the bus): a JSON object as QMP gives it,
     read directly. Anything else fails the test that asked."""
-    if not path.startswith("/"):
-        path = "/machine/peripheral/" + path
+    path = _device(path)
     got = m.qmp("qom-get", path=path, property="stats")
     assert isinstance(got, dict), f"qom-get {path} stats: a JSON object expected, got {type(got).__name__}: {got!r}"
     return got

@@ -31,7 +31,7 @@ sed 's/^/FIO: /' /tmp/fio.out
                  disks=[Disk({"id": "d0", "drive": "img", "perf": f"iops={iops},burst=off"})])
 
 
-DISK = "/machine/peripheral/d0"
+DISK = "d0"
 
 
 def far_fault(i: int) -> str:
@@ -39,12 +39,6 @@ def far_fault(i: int) -> str:
     for each i: it fails nothing, and reading it back tells which one the disk has."""
     first = 120000 + 8 * i
     return f"error=medium,ops=read,lba={first}-{first + 7}"
-
-
-def fault(m: Machine) -> str:
-    """The disk's fault in effect, as text."""
-    text: str = m.qmp("qom-get", path=DISK, property="fault")
-    return text
 
 
 def controller(m: Machine) -> Dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 
 from qemu.qmp import ExecuteError
 
-from conftest import Boot, Checks, Disk, Machine, go_on, guest, stats
+from conftest import Boot, Checks, Disk, Machine, fault, go_on, guest, set_fault, stats
 from guestlib import LUN_HELPERS
 
 GUEST = r"""
@@ -50,9 +50,9 @@ D0 = "/machine/peripheral/d0"
 BAD_FAULT = "error=fire is not one of medium, not-ready, unit-attention, busy"
 
 
-def set_fault(m: Machine, value: str) -> None:
-    m.qmp("qom-set", path=D0, property="fault", value=value)
-    print(f"host: FAULT {m.qmp('qom-get', path=D0, property='fault')}", flush=True)
+def set_d0_fault(m: Machine, value: str) -> None:
+    set_fault(m, D0, value)
+    print(f"host: FAULT {fault(m, D0)}", flush=True)
 
 
 def test_faults(boot: Boot, checks: Checks) -> None:
@@ -75,26 +75,26 @@ def host_side(m: Machine) -> Dict[str, Any]:
     m.wait_console("STEP1-DONE")
     seen["after_medium"] = stats(m, "d0")
     try:
-        set_fault(m, "error=fire")
+        set_d0_fault(m, "error=fire")
         seen["bad_fault"] = "accepted"
     except ExecuteError as e:
         seen["bad_fault"] = str(e)
     # storvsc turns an SRB error without sense into DID_ERROR, which the SCSI midlayer
     # retries at most 5 times: 4 BUSY answers can never fail a command.
-    set_fault(m, "error=busy,every=2,count=4")
+    set_d0_fault(m, "error=busy,every=2,count=4")
     go_on(m, 1)
     m.wait_console("STEP2-DONE")
     seen["after_busy"] = stats(m, "d0")
-    set_fault(m, "error=not-ready,count=2")
+    set_d0_fault(m, "error=not-ready,count=2")
     go_on(m, 2)
     m.wait_console("STEP3-DONE")
     seen["after_not_ready"] = stats(m, "d0")
-    set_fault(m, "stall=hold,ops=write,count=1")
+    set_d0_fault(m, "stall=hold,ops=write,count=1")
     go_on(m, 3)
     m.wait_console("WRITE-ISSUED")
     m.wait_until(lambda: stats(m, "d0")["stalled"] == 1, "the write held by the stall fault")
     seen["stalled"] = stats(m, "d0")["stalled"]
-    set_fault(m, "none")
+    set_d0_fault(m, "none")
     seen["released"] = stats(m, "d0")["stalled"]
     go_on(m, 4)
     for k, v in seen.items():

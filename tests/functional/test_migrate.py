@@ -14,8 +14,8 @@ is sized to how long anything takes."""
 
 from typing import Any
 
-from conftest import Boot, Checks, Machine
-from statelib import DISK, answered_past, controller, end_checks, far_fault, fault, fio_guest, outstanding
+from conftest import Boot, Checks, Machine, fault, set_fault
+from statelib import DISK, answered_past, controller, end_checks, far_fault, fio_guest, outstanding
 
 # Requests answered before each move: enough that the run is under way.
 STEP = 300
@@ -31,13 +31,13 @@ def move(m: Machine, via: str, checks: Checks) -> None:
           flush=True)
     checks.that(after["open_channels"] == 2, f"via {via}: the primary and its subchannel are open in the new QEMU")
     checks.that(status == "running", f"via {via}: the new QEMU runs the guest ({status})")
-    moved_fault = fault(m)
+    moved_fault = fault(m, DISK)
     checks.that(moved_fault == far_fault(0), f"via {via}: the new QEMU's disk has the fault set before ({moved_fault})")
 
 
 def test_migrate(boot: Boot, checks: Checks, tmp_path: Any) -> None:
     m = boot(fio_guest(tmp_path, "move", "16M", 400))
-    m.qmp("qom-set", path=DISK, property="fault", value=far_fault(0))
+    set_fault(m, DISK, far_fault(0))
     move(m, "socket", checks)
     move(m, "file", checks)
     end_checks(m, tmp_path, "move", checks)

@@ -16,9 +16,8 @@ is sized to how long anything takes."""
 
 from typing import Any
 
-from conftest import Boot, Checks, Machine
-from statelib import (DISK, answered_past, controller, end_checks, far_fault, fault, fio_guest, outstanding,
-                      stop_with_requests_in_flight)
+from conftest import Boot, Checks, Machine, fault, set_fault
+from statelib import DISK, answered_past, controller, end_checks, far_fault, fio_guest, outstanding, stop_with_requests_in_flight
 
 CYCLES = 3
 # Requests answered between two steps: enough that the run moves on in between.
@@ -34,12 +33,12 @@ def hmp(m: Machine, line: str) -> str:
 
 def cycle(m: Machine, i: int, checks: Checks) -> None:
     answered_past(m, STEP)
-    m.qmp("qom-set", path=DISK, property="fault", value=far_fault(i))
+    set_fault(m, DISK, far_fault(i))
     before = stop_with_requests_in_flight(m)
     saved = hmp(m, f"savevm s{i}")
     checks.that(saved == "", f"cycle {i}: savevm went well ({saved or 'no message'})")
     m.qmp("cont")
-    m.qmp("qom-set", path=DISK, property="fault", value="none")
+    set_fault(m, DISK, "none")
     answered_past(m, STEP)
     m.qmp("stop")
     loaded = hmp(m, f"loadvm s{i}")
@@ -51,7 +50,7 @@ def cycle(m: Machine, i: int, checks: Checks) -> None:
     checks.that(before["open_channels"] == 2 and after["open_channels"] == 2,
                 f"cycle {i}: the primary and its subchannel are open after the load")
     checks.that(status == "paused", f"cycle {i}: the VM waits for cont after the load ({status})")
-    loaded_fault = fault(m)
+    loaded_fault = fault(m, DISK)
     checks.that(loaded_fault == far_fault(i), f"cycle {i}: the disk has the snapshot's fault ({loaded_fault})")
     m.qmp("cont")
 

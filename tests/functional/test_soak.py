@@ -12,7 +12,7 @@ import os
 import re
 from typing import Dict, Tuple
 
-from conftest import Boot, Checks, Disk, Machine, guest, qemu_threads, stats
+from conftest import Boot, Checks, Disk, Machine, guest, qemu_threads, set_fault, stats
 from guestlib import LUN_HELPERS
 
 PAUSE_LBA = 131064  # the last 4 KiB of the 64 MiB disk: only the pauses write there
@@ -54,7 +54,7 @@ def counts_at_pause(m: Machine, at: int) -> Tuple[int, int]:
     assert m.pid is not None
     counted = (len(qemu_threads(m.pid)), len(os.listdir(f"/proc/{m.pid}/fd")))
     print(f"  counts at {at}: threads {counted[0]}, fds {counted[1]}", flush=True)
-    m.qmp("qom-set", path="/machine/peripheral/d0", property="fault", value=FAULT)
+    set_fault(m, "d0", FAULT)
     return counted
 
 

@@ -36,7 +36,7 @@ from typing import Any, Dict, List
 import pytest
 from qemu.qmp import ExecuteError
 
-from conftest import Boot, Checks, Disk, Machine, guest, stats
+from conftest import Boot, Checks, Disk, Machine, guest, set_fault, stats
 from guestlib import LUN_HELPERS
 
 D0, D1, D2, CTL = "d0", "d1", "d2", "scsi0"
@@ -127,10 +127,6 @@ def test_srb_status(boot: Boot, checks: Checks, tmp_path: Any, kernel: str) -> N
         if re.match(r"(DMESG-|CAP-SIZE|EH-LOGGING)", line):
             print(f"  {line}")
     print(f"  host: {json.dumps(seen)}")
-
-
-def set_fault(m: Machine, disk: str, value: str) -> None:
-    m.qmp("qom-set", path=f"/machine/peripheral/{disk}", property="fault", value=value)
 
 
 def faults(m: Machine, disk: str) -> int:

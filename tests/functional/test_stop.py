@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any, List
 
-from conftest import Boot, Checks, Disk, Machine, guest, stats
+from conftest import Boot, Checks, Disk, Machine, guest, set_fault, stats
 
 GUEST = r"""
 fio --name=stop --filename=/dev/sda --direct=1 --ioengine=libaio --iodepth=16 --rw=randwrite \
@@ -59,7 +59,7 @@ def test_stop(boot: Boot, checks: Checks, tmp_path: Any) -> None:
     m.qmp("stop")
     status = m.qmp("query-status")["status"]
     first = snapshot(m, tmp_path / "ram1")
-    m.qmp("qom-set", path=D0, property="fault", value="none")
+    set_fault(m, D0, "none")
     m.wait_until(lambda: stats(m, "d0")["stalled"] == 0, "the held read released")
     time.sleep(SETTLE)
     second = snapshot(m, tmp_path / "ram2")

@@ -70,8 +70,6 @@ struct FaultCounts {
     uint64_t matched = 0;
     uint64_t injected = 0;
     uint64_t rng = 1; // never 0 (xorshift)
-
-    bool operator==(const FaultCounts&) const = default;
 };
 
 // False with a message naming the setting when `text` is not a fault as described above.
